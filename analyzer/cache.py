@@ -1,0 +1,86 @@
+"""Columnar cache of ingested run dirs: Parquet files keyed by the inputs' size and mtime.
+
+A second analysis of the same run reads columns only. The cache lives in the run dir's
+`.runlens/` folder, or in the user cache dir when the run dir is read-only. Any problem
+with the cache (missing, stale, unreadable, unwritable) means "no cache", never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from analyzer.rundir import RunDir
+
+CACHE_VERSION = 1
+FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes", "op_log",
+          "code")
+
+
+def fingerprint(run: RunDir) -> dict[str, Any]:
+    """What the cache depends on: format version and every input file's size and mtime."""
+    files = [p for p in (run.graph, run.op_log) if p is not None] + list(run.steps.values())
+    manifest = run.path / "manifest.json"
+    if manifest.is_file():
+        files.append(manifest)
+    entries = []
+    for p in files:
+        st = p.stat()
+        entries.append([str(p.relative_to(run.path)), st.st_size, st.st_mtime_ns])
+    return {"cache_version": CACHE_VERSION, "worker": run.worker, "files": sorted(entries)}
+
+
+def _user_cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "runlens"
+
+
+def _locations(run: RunDir) -> list[Path]:
+    digest = hashlib.sha256(str(run.path.resolve()).encode()).hexdigest()[:16]
+    return [run.path / ".runlens" / f"cache-v{CACHE_VERSION}",
+            _user_cache_root() / f"{digest}-v{CACHE_VERSION}"]
+
+
+def load(run: RunDir, key: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], list[str]] | None:
+    """The cached frames and warnings of `run` if the cache matches `key`, else None."""
+    for loc in _locations(run):
+        try:
+            meta = json.loads((loc / "key.json").read_text())
+            if meta.get("key") != key:
+                continue
+            frames = {name: pl.read_parquet(loc / f"{name}.parquet") for name in FRAMES}
+            return frames, list(meta.get("warnings", []))
+        except (OSError, ValueError, pl.exceptions.PolarsError):
+            continue
+    return None
+
+
+def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
+          warnings: list[str]) -> Path | None:
+    """Write the cache to the first writable location; returns it, or None if none is."""
+    for loc in _locations(run):
+        try:
+            loc.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=loc.parent))
+        except OSError:
+            continue
+        try:
+            for name in FRAMES:
+                frames[name].write_parquet(tmp / f"{name}.parquet", compression="lz4",
+                                           statistics=False)
+            (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
+            if loc.exists():
+                shutil.rmtree(loc, ignore_errors=True)
+            os.replace(tmp, loc)
+            return loc
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+    return None

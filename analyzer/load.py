@@ -1,0 +1,172 @@
+"""Load a run directory (or a directory of per-worker run dirs) into a `Run`.
+
+Step files are ingested in parallel processes when there is enough to do; a step file
+that cannot be read is skipped with a one-line warning naming it, and the other steps
+still load. A second load of the same run reads the Parquet cache (analyzer/cache.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import polars as pl
+
+from analyzer import cache, ingest
+from analyzer.errors import InputFileError, RunDirError
+from analyzer.model import Run, derive_node_columns
+from analyzer.rundir import RunDir, find_runs
+
+Progress = Callable[[int, int], None]
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
+
+
+def _manifest_sizes(run: RunDir) -> dict[int, int]:
+    sizes: dict[int, int] = {}
+    for entry in run.manifest.get("steps", []) or []:
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+            if isinstance(entry.get("bytes"), int):
+                sizes[entry["step"]] = entry["bytes"]
+    return sizes
+
+
+_seen_graphs: set[bytes] = set()  # per process: partition graphs already sent back
+
+
+def _ingest_one(path: Path, step: int, size: int | None
+                ) -> tuple[ingest.StepFrames | None, dict[bytes, bytes], str | None]:
+    """Worker: one step file -> frames and the partition graphs not seen before here."""
+    try:
+        frames = ingest.ingest_step_file(path, step, size)
+    except InputFileError as e:
+        return None, {}, str(e)
+    new: dict[bytes, bytes] = {}
+    for g in frames.partition_graphs:
+        digest = hashlib.blake2b(g, digest_size=16).digest()
+        if digest not in _seen_graphs:
+            _seen_graphs.add(digest)
+            new[digest] = g
+    frames.partition_graphs = []
+    return frames, new, None
+
+
+def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None):
+    sizes = _manifest_sizes(run)
+    items = list(run.steps.items())
+    total_bytes = sum(p.stat().st_size for _, p in items)
+    results = []
+    if jobs > 1 and len(items) > 1 and total_bytes >= PARALLEL_MIN_BYTES:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
+            futures = [pool.submit(_ingest_one, p, s, sizes.get(s)) for s, p in items]
+            for i, fut in enumerate(futures):
+                results.append(fut.result())
+                if progress:
+                    progress(i + 1, len(items))
+    else:
+        for i, (s, p) in enumerate(items):
+            results.append(_ingest_one(p, s, sizes.get(s)))
+            if progress:
+                progress(i + 1, len(items))
+    _seen_graphs.clear()
+    return results
+
+
+def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
+
+
+def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
+                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    warnings: list[str] = []
+    steps: list[ingest.StepFrames] = []
+    graphs: dict[bytes, bytes] = {}
+    for frames, new_graphs, error in _ingest_steps(run, jobs, progress):
+        if error is not None:
+            warnings.append(error)
+            continue
+        assert frames is not None
+        steps.append(frames)
+        for digest, g in new_graphs.items():
+            graphs.setdefault(digest, g)
+    if not steps:
+        raise RunDirError(
+            f"{run.path}: no readable step file ({len(warnings)} skipped; first: "
+            f"{warnings[0] if warnings else 'none'})"
+        )
+    graph_frames = []
+    if run.graph is not None:
+        try:
+            graph_frames.append(ingest.ingest_graph_file(run.graph))
+        except InputFileError as e:
+            warnings.append(f"{e}; op types come from partition graphs and timeline labels")
+    if graphs:
+        graph_frames.append(ingest.ingest_graph_defs(
+            graphs.values(), f"{run.path}/steps (partition graphs)", "partition"))
+    graph_nodes = _concat(graph_frames, ingest.GRAPH_NODE_SCHEMA).unique(
+        subset=["name", "source", "device"], keep="first", maintain_order=True)
+    op_log, code = ingest.empty_op_log()
+    if run.op_log is not None:
+        try:
+            op_log, code = ingest.ingest_op_log_file(run.op_log)
+        except InputFileError as e:
+            warnings.append(f"{e}; float_ops and the code view are unavailable")
+    worker = pl.lit(run.worker).alias("worker")
+    out = {
+        "nodes": _concat([f.nodes for f in steps], ingest.NODE_SCHEMA),
+        "outputs": _concat([f.outputs for f in steps], ingest.OUTPUT_SCHEMA),
+        "memory": _concat([f.memory for f in steps], ingest.MEMORY_SCHEMA),
+        "allocations": _concat([f.allocations for f in steps], ingest.ALLOCATION_SCHEMA),
+        "threads": _concat([f.threads for f in steps], ingest.THREAD_SCHEMA),
+        "graph_nodes": graph_nodes,
+        "op_log": op_log,
+        "code": code,
+    }
+    return {k: v.with_columns(worker) for k, v in out.items()}, warnings
+
+
+def load_run(
+    path: str | os.PathLike[str],
+    *,
+    use_cache: bool = True,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> Run:
+    """Read every run dir at `path` into one Run (worker is a column).
+
+    Raises RunDirError when the path is not a run or no step can be read.
+    """
+    runs = find_runs(path)
+    jobs = jobs or os.cpu_count() or 1
+    parts: list[dict[str, pl.DataFrame]] = []
+    warnings: list[str] = []
+    for run in runs:
+        key = cache.fingerprint(run)
+        cached = cache.load(run, key) if use_cache else None
+        if cached is not None:
+            frames, run_warnings = cached
+        else:
+            frames, run_warnings = _load_run_dir(run, jobs, progress)
+            if use_cache:
+                cache.store(run, key, frames, run_warnings)
+        parts.append(frames)
+        warnings.extend(run_warnings)
+    merged = {name: pl.concat([p[name] for p in parts], how="vertical_relaxed")
+              for name in cache.FRAMES}
+    nodes = derive_node_columns(merged["nodes"], merged["graph_nodes"])
+    return Run(
+        nodes=nodes,
+        outputs=merged["outputs"],
+        memory=merged["memory"],
+        allocations=merged["allocations"],
+        threads=merged["threads"],
+        graph_nodes=merged["graph_nodes"],
+        op_log=merged["op_log"],
+        code=merged["code"],
+        paths=[r.path for r in runs],
+        warnings=warnings,
+    )

@@ -1,0 +1,90 @@
+"""Run: the frames of one analysed run (one or several workers) and its graph metadata.
+
+Everything downstream of ingest takes a `Run`. Columns derived here, once, with polars
+expressions: the canonical device and lane kind of each execution (tfprof's rules, see
+docs/tfprof-semantics.md) and the op type of each executed node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+# A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
+CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
+_DEVICE_PREFIX_RE = r"^(.*/(?:device:)?[a-z_]*(?:cpu|gpu|tpu|sycl)[a-z_]*:\d+)"
+_LABEL_OP_RE = r"^\S+ = ([A-Za-z0-9_>.]+)\("
+
+
+@dataclass
+class Run:
+    """Frames of a run. `nodes` has one row per NodeExecStats (see DESIGN.md "Data model")."""
+
+    nodes: pl.DataFrame
+    outputs: pl.DataFrame
+    memory: pl.DataFrame
+    allocations: pl.DataFrame
+    threads: pl.DataFrame
+    graph_nodes: pl.DataFrame
+    op_log: pl.DataFrame
+    code: pl.DataFrame
+    paths: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return self.nodes.get_column("step").unique().sort().to_list()
+
+    @property
+    def workers(self) -> list[str]:
+        return self.nodes.get_column("worker").unique().sort().to_list()
+
+    @property
+    def devices(self) -> list[str]:
+        return self.nodes.get_column("device").unique().sort().to_list()
+
+
+def lane_kind_expr(lane: pl.Expr) -> pl.Expr:
+    """'stream_all', 'stream', 'memcpy', 'device' (canonical lane) or 'other', as tfprof splits.
+
+    tfprof counts 'stream_all' as accelerator time, 'device' and 'other' as CPU time, and
+    per-stream and memcpy lanes as neither.
+    """
+    low = lane.str.to_lowercase()
+    return (
+        pl.when(low.str.contains("stream:all", literal=True)).then(pl.lit("stream_all"))
+        .when(low.str.contains("stream", literal=True)).then(pl.lit("stream"))
+        .when(low.str.contains("memcpy", literal=True)).then(pl.lit("memcpy"))
+        .when(low.str.contains(CANONICAL_DEVICE_RE)).then(pl.lit("device"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
+    """Add device, lane_kind and op_type (+ op_type_source) to the executions frame.
+
+    Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
+    the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
+    """
+    low = pl.col("lane").str.to_lowercase()
+    nodes = nodes.with_columns(
+        device=pl.coalesce(low.str.extract(_DEVICE_PREFIX_RE, 1), low),
+        lane_kind=lane_kind_expr(pl.col("lane")),
+    )
+    ops = (
+        graph_nodes.filter(pl.col("op") != "")
+        .with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))
+        .sort("rank", maintain_order=True)
+        .unique(subset=["worker", "name"], keep="first", maintain_order=True)
+        .select("worker", pl.col("name").alias("node_name"), pl.col("op").alias("graph_op"))
+    )
+    nodes = nodes.join(ops, on=["worker", "node_name"], how="left")
+    label_op = pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1)
+    return nodes.with_columns(
+        op_type=pl.coalesce(pl.col("graph_op"), label_op, pl.lit("unknown")),
+        op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
+        .when(label_op.is_not_null()).then(pl.lit("timeline_label"))
+        .otherwise(pl.lit("unknown")),
+    ).drop("graph_op")

@@ -1,0 +1,1 @@
+"""Renderers: turn views, findings and comparisons into text, JSON, CSV or Markdown."""

@@ -1,0 +1,41 @@
+"""Text rendering of `analyze summary`."""
+
+from __future__ import annotations
+
+from analyzer.render.units import fmt_us
+
+
+def summary_text(s: dict) -> str:
+    t = s["step_time_us"]
+    lines = [
+        f"run        {', '.join(s['paths'])}",
+        f"workers    {len(s['workers'])} ({', '.join(s['workers'])})",
+        f"steps      {len(s['steps'])} ({_ranges(s['steps'])})",
+        f"node stats {s['node_stats']:,} ({s['distinct_nodes']:,} distinct nodes, "
+        f"{s['op_types']} op types)",
+        "devices",
+    ]
+    for d in s["devices"]:
+        lines.append(f"  {d['device']}  {d['node_stats']:,} node stats, {d['nodes']:,} nodes")
+    lines.append(
+        f"step time  median {fmt_us(t['median'])}  mean {fmt_us(t['mean'])}  "
+        f"p90 {fmt_us(t['p90'])}  min {fmt_us(t['min'])}  max {fmt_us(t['max'])}  "
+        f"stdev {fmt_us(t['stdev'])}"
+    )
+    for w in s["warnings"]:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines) + "\n"
+
+
+def _ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    out, start, prev = [], steps[0], steps[0]
+    for s in steps[1:] + [None]:  # type: ignore[list-item]
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return ", ".join(out)

@@ -1,0 +1,62 @@
+"""Step times: the span of every traced step, per worker, from the executions frame."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from analyzer.model import Run
+
+
+def step_times(run: Run) -> pl.DataFrame:
+    """One row per (worker, step): start_ns, end_ns and duration_ns over all lanes."""
+    n = run.nodes
+    return (
+        n.group_by("worker", "step")
+        .agg(
+            start_ns=pl.col("start_ns").min(),
+            end_ns=(pl.col("start_ns") + pl.col("all_end_rel_ns")).max(),
+            node_stats=pl.len(),
+        )
+        .with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .sort("worker", "step")
+    )
+
+
+def summary(run: Run) -> dict:
+    """What `analyze summary` prints: shape of the run and step-time statistics."""
+    times = step_times(run)
+    d = times.get_column("duration_ns") / 1000.0
+
+    def num(x: Any) -> float:
+        return round(float(x or 0.0), 1)
+
+    per_device = (
+        run.nodes.group_by("device")
+        .agg(node_stats=pl.len(), nodes=pl.col("node_name").n_unique())
+        .sort("device")
+    )
+    return {
+        "paths": [str(p) for p in run.paths],
+        "workers": run.workers,
+        "steps": run.steps,
+        "node_stats": run.nodes.height,
+        "distinct_nodes": run.nodes.select(pl.struct("worker", "node_name").n_unique()).item(),
+        "op_types": run.nodes.get_column("op_type").n_unique(),
+        "devices": per_device.to_dicts(),
+        "step_time_us": {
+            "count": len(d),
+            "mean": num(d.mean()),
+            "median": num(d.median()),
+            "p90": num(d.quantile(0.9, "nearest")),
+            "min": num(d.min()),
+            "max": num(d.max()),
+            "stdev": num(d.std()),
+        },
+        "per_step": times.select(
+            "worker", "step", (pl.col("duration_ns") / 1000).round(1).alias("duration_us"),
+            "node_stats",
+        ).to_dicts(),
+        "warnings": run.warnings,
+    }

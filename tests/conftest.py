@@ -1,0 +1,50 @@
+"""Shared test helpers: the committed fixtures and one way to run the CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "runs"
+FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "steps").is_dir())
+
+
+@pytest.fixture(params=FIXTURE_NAMES)
+def fixture_dir(request) -> Path:
+    return FIXTURES / request.param
+
+
+@pytest.fixture
+def run_copy(tmp_path):
+    """A writable copy of a committed fixture (tests must never touch fixtures/)."""
+
+    def make(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(FIXTURES / name, dst, ignore=shutil.ignore_patterns(".runlens"))
+        return dst
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_cache(tmp_path, monkeypatch):
+    """Cache writes go to the test's tmp dir, never to ~/.cache or the committed fixtures."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+
+
+def run_cli(args: list[str], expect_exit: int = 0):
+    """Run `analyze ARGS` in-process; assert the exit code and that no traceback leaked."""
+    from cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    output = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert result.exit_code == expect_exit, f"exit {result.exit_code}: {output}"
+    assert "Traceback" not in output
+    return result

@@ -1,0 +1,178 @@
+"""Ingest and loading: real fixtures, bad input, the cache, several workers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from analyzer.errors import RunDirError
+from analyzer.load import load_run
+from tests.conftest import FIXTURES, ROOT, run_cli
+
+
+def _tf_node_stats(run_dir):
+    """Per (step, lane, node): executions and summed op_end_rel_micros, by TensorFlow's parser."""
+    config_pb2 = pytest.importorskip("tensorflow.core.protobuf.config_pb2")
+    rows = []
+    for path in sorted((run_dir / "steps").glob("step-*.pb")):
+        step = int(path.stem.split("-")[1])
+        md = config_pb2.RunMetadata.FromString(path.read_bytes())
+        for dev in md.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                mem = sum(m.total_bytes for m in ns.memory)
+                rows.append((step, dev.device, ns.node_name, ns.op_end_rel_micros,
+                             ns.all_start_nanos, mem, len(ns.output)))
+    return pl.DataFrame(rows, orient="row", schema=["step", "lane", "node_name", "op_end_rel_us",
+                                                    "start_ns", "mem", "outputs"])
+
+def test_every_node_stat_of_every_fixture_is_ingested(fixture_dir):
+    run = load_run(fixture_dir, use_cache=False)
+    theirs = _tf_node_stats(fixture_dir)
+    assert run.nodes.height == theirs.height > 0
+    key = ["step", "lane", "node_name"]
+    ours = run.nodes.group_by(key).agg(
+        n=pl.len(), us=pl.col("op_end_rel_us").sum(), start=pl.col("start_ns").sum(),
+        mem=pl.col("mem_total_bytes").sum())
+    expected = theirs.group_by(key).agg(
+        n=pl.len(), us=pl.col("op_end_rel_us").sum(), start=pl.col("start_ns").sum(),
+        mem=pl.col("mem").sum())
+    joined = ours.join(expected, on=key, how="full", suffix="_tf")
+    assert joined.filter(pl.col("n").is_null() | pl.col("n_tf").is_null()).height == 0
+    for col in ("n", "us", "start", "mem"):
+        assert (joined[col] == joined[f"{col}_tf"]).all(), col
+    outputs = run.outputs.group_by("step").len().sort("step")
+    assert outputs["len"].sum() == theirs["outputs"].sum()
+
+def test_op_types_come_from_graphs_then_timeline_labels(fixture_dir):
+    run = load_run(fixture_dir, use_cache=False)
+    nodes = run.nodes
+    assert nodes.filter(pl.col("op_type") == "unknown").height == 0
+    graph_names = set(run.graph_nodes.filter(pl.col("source") == "graph")["name"].to_list())
+    # Nodes that only exist after graph rewriting (_SOURCE, _arg_*, _retval_*, Send/Recv,
+    # constant folding) are typed from partition graphs or labels, never from their name.
+    extra = nodes.filter(~pl.col("node_name").is_in(list(graph_names)))
+    for row in extra.select("node_name", "op_type", "timeline_label").unique().iter_rows():
+        name, op, label = row
+        assert op != "unknown"
+        if label:
+            assert label.split(" = ")[1].startswith(op) or op in label, row
+
+def test_truncated_step_file_is_skipped_with_a_warning(run_copy):
+    run_dir = run_copy("mlp")
+    steps = sorted((run_dir / "steps").glob("step-*.pb"))
+    victim = steps[2]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    run = load_run(run_dir, use_cache=False)
+    assert len(run.steps) == len(steps) - 1
+    assert len(run.warnings) == 1 and victim.name in run.warnings[0]
+    assert "truncated" in run.warnings[0]
+
+def test_garbage_step_file_without_manifest_is_skipped(run_copy):
+    run_dir = run_copy("cnn")
+    (run_dir / "manifest.json").unlink()  # readers must not require it
+    steps = sorted((run_dir / "steps").glob("step-*.pb"))
+    steps[0].write_bytes(b"\xff\xff\xff not a protobuf")
+    (run_dir / "steps" / "notes.txt").write_text("unknown files are ignored")
+    run = load_run(run_dir, use_cache=False)
+    assert len(run.steps) == len(steps) - 1
+    assert len(run.warnings) == 1 and steps[0].name in run.warnings[0]
+
+def test_no_readable_step_is_a_clear_error(run_copy):
+    run_dir = run_copy("plain_session")
+    for p in (run_dir / "steps").glob("step-*.pb"):
+        p.write_bytes(b"\x0a\xff")
+    with pytest.raises(RunDirError, match="no readable step file"):
+        load_run(run_dir, use_cache=False)
+    result = run_cli(["summary", run_dir], expect_exit=2)
+    assert result.output.count("\n") <= len(list((run_dir / "steps").iterdir())) + 1
+
+@pytest.mark.parametrize("make_path", [
+    lambda tmp: tmp / "missing",
+    lambda tmp: (tmp / "file.pb").write_bytes(b"x") and tmp / "file.pb",
+    lambda tmp: (tmp / "empty").mkdir() or tmp / "empty",
+])
+def test_not_a_run_exits_2_with_one_line(tmp_path, make_path):
+    path = make_path(tmp_path)
+    result = run_cli(["summary", path], expect_exit=2)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0]
+
+def test_newer_format_version_is_refused(run_copy):
+    run_dir = run_copy("mlp")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["version"] = 99
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli(["summary", run_dir], expect_exit=2)
+    assert "newer" in result.output
+
+def test_cache_is_used_and_invalidated(run_copy):
+    run_dir = run_copy("mlp")
+    cold = load_run(run_dir)
+    assert (run_dir / ".runlens").is_dir()
+    warm = load_run(run_dir)
+    assert warm.nodes.equals(cold.nodes) and warm.outputs.equals(cold.outputs)
+    # Changing a step file (size and mtime) invalidates the cache.
+    victim = sorted((run_dir / "steps").glob("step-*.pb"))[0]
+    victim.write_bytes(b"\x0a\xff")
+    changed = load_run(run_dir)
+    assert len(changed.steps) == len(cold.steps) - 1 and changed.warnings
+
+def test_unwritable_run_dir_caches_in_the_user_cache(run_copy, tmp_path):
+    run_dir = run_copy("mlp")
+    (run_dir / ".runlens").write_text("a file where the cache folder would go")
+    load_run(run_dir)
+    user_cache = tmp_path / "user-cache" / "runlens"
+    assert any(user_cache.iterdir())
+    again = load_run(run_dir)
+    assert again.nodes.height > 0
+
+def test_directory_of_run_dirs_is_one_multi_worker_run(tmp_path):
+    parent = tmp_path / "exp"
+    for worker in ("worker-0", "worker-1"):
+        shutil.copytree(FIXTURES / "mlp", parent / worker)
+        manifest = json.loads((parent / worker / "manifest.json").read_text())
+        manifest["task"] = None
+        (parent / worker / "manifest.json").write_text(json.dumps(manifest))
+    run = load_run(parent, use_cache=False)
+    assert run.workers == ["worker-0", "worker-1"]
+    single = load_run(FIXTURES / "mlp", use_cache=False)
+    assert run.nodes.height == 2 * single.nodes.height
+
+def test_engine_and_cli_import_without_tensorflow():
+    code = ("import sys, analyzer, analyzer.load, checkers, cli; "
+            "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow']; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+def test_help_starts_without_loading_the_engine():
+    code = ("import sys; sys.argv = ['analyze', '--help']\n"
+            "import cli\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('polars', 'google.protobuf', 'networkx') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                         capture_output=True, text=True)
+    assert "summary" in out.stdout
+
+def test_summary_text_and_json(fixture_dir):
+    text = run_cli(["summary", fixture_dir, "--no-cache"]).output
+    assert "step time" in text and "node stats" in text
+    data = json.loads(run_cli(["summary", fixture_dir, "--no-cache", "--format", "json"]).output)
+    assert data["schema"] == 1
+    s = data["summary"]
+    assert s["step_time_us"]["count"] == len(s["steps"]) >= 5
+    assert s["node_stats"] == sum(r["node_stats"] for r in s["per_step"])
+
+def test_fixtures_are_small_enough():
+    total = sum(p.stat().st_size for p in FIXTURES.rglob("*")
+                if p.is_file() and ".runlens" not in p.parts)
+    assert total < 10 * 1024 * 1024
+
+def test_every_fixture_has_five_traced_steps(fixture_dir):
+    assert len(list((fixture_dir / "steps").glob("step-*.pb"))) >= 5
+
