@@ -75,12 +75,13 @@ def _op_log_bytes(graph: tf.Graph) -> bytes:
     from tensorflow.python.profiler import tfprof_logger
 
     op_log = tfprof_logger.merge_default_with_oplog(graph, add_trace=True)
-    return bytes(op_log.SerializeToString())
+    return bytes(op_log.SerializeToString(deterministic=True))
 
 
 def _graph_bytes(graph: tf.Graph) -> bytes:
-    # add_shapes=True records static output shapes (`_output_shapes`), as tfprof does.
-    return bytes(graph.as_graph_def(add_shapes=True).SerializeToString())
+    # add_shapes=True records static output shapes (`_output_shapes`), as tfprof does;
+    # deterministic map order keeps the bytes stable across captures of one graph.
+    return bytes(graph.as_graph_def(add_shapes=True).SerializeToString(deterministic=True))
 
 
 class _GraphFiles:
