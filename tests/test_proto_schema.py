@@ -425,3 +425,24 @@ def test_round_trip_op_log(tf_outputs: dict[str, Any]) -> None:
         op_log.SerializeToString(), tfprof_log_pb2.OpLogProto, type(op_log)
     )
     assert not undeclared, undeclared
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def test_every_fixture_file_round_trips_through_our_schema(fixture_dir):
+    """Step files, graph.pb and op_log.pb of every committed fixture: nothing is lost."""
+    pytest.importorskip("tensorflow")
+    from tensorflow.core.framework import graph_pb2 as tf_graph_pb2
+    from tensorflow.core.profiler import tfprof_log_pb2 as tf_tfprof_log_pb2
+    from tensorflow.core.protobuf import config_pb2 as tf_config_pb2
+
+    from analyzer.proto import config_pb2, graph_pb2, tfprof_log_pb2
+
+    files = [(p, config_pb2.RunMetadata, tf_config_pb2.RunMetadata)
+             for p in sorted((fixture_dir / "steps").glob("step-*.pb"))]
+    files.append((fixture_dir / "graph.pb", graph_pb2.GraphDef, tf_graph_pb2.GraphDef))
+    files.append((fixture_dir / "op_log.pb", tfprof_log_pb2.OpLogProto,
+                  tf_tfprof_log_pb2.OpLogProto))
+    for path, ours, theirs in files:
+        assert_round_trip(path.read_bytes(), ours, theirs)
