@@ -19,7 +19,7 @@ import polars as pl
 
 from analyzer.rundir import RunDir
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # bump whenever ingest's frames change
 FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes", "op_log",
           "code")
 

@@ -97,6 +97,9 @@ GRAPH_NODE_SCHEMA: Schema = {
     "dtype": pl.String,
     "shape": pl.List(pl.Int64),
     "output_shapes": pl.List(pl.List(pl.Int64)),
+    "tensor_name": pl.String,
+    "send_device": pl.String,
+    "recv_device": pl.String,
     "source": pl.String,
 }
 OP_LOG_SCHEMA: Schema = {"name": pl.String, "float_ops": pl.Int64, "types": pl.List(pl.String)}
@@ -367,6 +370,8 @@ def ingest_graph_defs(graphs: Iterable[bytes], source: str, kind: str) -> pl.Dat
                 )
             else:
                 cols["output_shapes"].append(None)
+            for key in ("tensor_name", "send_device", "recv_device"):  # Send/Recv pairing
+                cols[key].append(attr[key].s.decode() if key in attr else None)
             cols["source"].append(kind)
     return _frame(cols, GRAPH_NODE_SCHEMA)
 

@@ -70,6 +70,10 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
     """
     low = pl.col("lane").str.to_lowercase()
     nodes = nodes.with_columns(
+        # GPU stream records name "node:kernel"; the graph node is the part before ':'.
+        stat_name=pl.col("node_name"),
+        node_name=pl.col("node_name").str.split(":").list.first(),
+    ).with_columns(
         device=pl.coalesce(low.str.extract(_DEVICE_PREFIX_RE, 1), low),
         lane_kind=lane_kind_expr(pl.col("lane")),
     )

@@ -6,13 +6,25 @@ would run tfprof offline on our capture. Needs TensorFlow (dev extra).
 
 from __future__ import annotations
 
-import functools
+import gc
 from pathlib import Path
 from typing import Any
 
+_current: dict[Path, Any] = {}
 
-@functools.cache
+
 def profiler(run_dir: Path) -> Any:
+    """The Profiler of `run_dir`. tfprof allows one live Profiler per process (a second one
+    aborts in add_step), so only the last one is kept."""
+    if run_dir in _current:
+        return _current[run_dir]
+    _current.clear()
+    gc.collect()
+    _current[run_dir] = _build(run_dir)
+    return _current[run_dir]
+
+
+def _build(run_dir: Path) -> Any:
     import tensorflow as tf
     from tensorflow.core.profiler import tfprof_log_pb2
     from tensorflow.core.protobuf import config_pb2
@@ -45,7 +57,8 @@ def options(**overrides: Any) -> dict[str, Any]:
     opts.update(
         min_bytes=0, min_peak_bytes=0, min_residual_bytes=0, min_output_bytes=0, min_micros=0,
         min_accelerator_micros=0, min_cpu_micros=0, min_params=0, min_float_ops=0,
-        min_occurrence=0, step=-1, max_depth=10_000,
+        min_occurrence=0, step=-1, max_depth=10_000, account_displayed_op_only=False,
+        order_by="name",
     )
     opts.update(overrides)
     return opts

@@ -1,0 +1,124 @@
+"""Per graph node numbers for one step (or the average over steps), with tfprof's rules.
+
+Every view aggregates these. The rules (docs/tfprof-semantics.md, verified node by node
+against tfprof in tests/test_parity.py):
+
+- An execution counts when all_start_micros > 0; its time is op_end_rel_micros, with 0
+  rounded up to 1us. CPU time sums the device's own lane and other non-stream lanes;
+  accelerator time sums `/stream:all`; per-stream and memcpy lanes count toward neither.
+- A node belongs to the first canonical device it runs on; executions on another
+  canonical device are ignored, and memory counts only on the canonical device lane.
+- requested = sum(memory.total_bytes) + temp + persistent; peak = sum(memory.peak_bytes)
+  + temp + persistent; residual = sum(memory.live_bytes) + persistent; output = sum over
+  outputs of max(allocated, requested).
+- step -1: for each node, the sum over the steps it ran in, integer-divided by their count.
+- float_ops = op_log float_ops x run count (static float_ops if the node never ran);
+  params = product of the node's `shape` attr when fully known.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.model import Run
+
+METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
+           "residual_bytes", "output_bytes", "occurrence"]
+
+
+def _counted_executions(run: Run) -> pl.DataFrame:
+    n = run.nodes.filter(pl.col("all_start_us") > 0)
+    canonical = (
+        n.filter(pl.col("lane_kind") == "device")
+        .sort("step", "exec_idx")
+        .group_by("worker", "node_name", maintain_order=True)
+        .agg(canonical=pl.col("device").first())
+    )
+    n = n.join(canonical, on=["worker", "node_name"], how="left")
+    # Executions on a second canonical device are dropped, as tfprof does.
+    return n.filter(
+        (pl.col("lane_kind") != "device") | pl.col("canonical").is_null()
+        | (pl.col("device") == pl.col("canonical"))
+    )
+
+
+def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
+    """One row per executed (worker, node_name): the tfprof metrics for `step` (-1: average)."""
+    n = _counted_executions(run)
+    if step >= 0:
+        n = n.filter(pl.col("step") == step)
+    us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
+    on_canonical = (pl.col("lane_kind") == "device") & (pl.col("device") == pl.col("canonical"))
+    mem = lambda e: e.filter(on_canonical).sum()  # noqa: E731
+    per_step = n.group_by("worker", "node_name", "step").agg(
+        cpu_micros=us.filter(pl.col("lane_kind").is_in(["device", "other"])).sum(),
+        accelerator_micros=us.filter(pl.col("lane_kind") == "stream_all").sum(),
+        occurrence=pl.len(),
+        requested_bytes=mem(pl.col("mem_total_bytes") + pl.col("temp_bytes")
+                            + pl.col("persistent_bytes")),
+        peak_bytes=mem(pl.col("mem_peak_bytes") + pl.col("temp_bytes")
+                       + pl.col("persistent_bytes")),
+        residual_bytes=mem(pl.col("mem_live_bytes") + pl.col("persistent_bytes")),
+        output_bytes=mem(pl.col("output_bytes")),
+        device=pl.col("canonical").first(),
+    )
+    cols = [c for c in METRICS if c != "micros"]
+    out = per_step.group_by("worker", "node_name").agg(
+        *[(pl.col(c).sum() // pl.len()).cast(pl.Int64) for c in cols],
+        device=pl.col("device").first(),
+        steps_run=pl.len(),
+    )
+    return out.with_columns(micros=pl.col("cpu_micros") + pl.col("accelerator_micros"))
+
+
+def _params(shape: pl.Expr) -> pl.Expr:
+    """Product of a shape's dims; 0 when the node has no shape attr or a dim is unknown."""
+    known = shape.list.eval(pl.element() >= 0).list.all()
+    product = shape.list.eval(pl.element().product()).list.first().fill_null(1)
+    return pl.when(shape.is_null() | ~known).then(0).otherwise(product).cast(pl.Int64)
+
+
+def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
+    """Every node tfprof knows (graph.pb nodes and executed nodes), with its metrics.
+
+    Columns: worker, name, op_type, types (op type, op_log types, canonical device),
+    device, micros ... occurrence (METRICS), params, float_ops, executed.
+    """
+    executed = executed_stats(run, step)
+    graph = (
+        run.graph_nodes.filter(pl.col("source") == "graph")
+        .unique(subset=["worker", "name"], keep="first", maintain_order=True)
+        .select("worker", "name", graph_op="op", params=_params(pl.col("shape")))
+    )
+    exec_types = (
+        run.nodes.group_by("worker", "node_name")
+        .agg(exec_op=pl.col("op_type").first())
+        .rename({"node_name": "name"})
+    )
+    ex = executed.rename({"node_name": "name"})
+    nodes = (
+        graph.join(ex, on=["worker", "name"], how="full", coalesce=True)
+        .join(exec_types, on=["worker", "name"], how="left")
+        .join(run.op_log.rename({"float_ops": "static_float_ops", "types": "log_types"}),
+              on=["worker", "name"], how="left")
+    )
+    metric_fill = [pl.col(c).fill_null(0) for c in METRICS if c in nodes.columns]
+    nodes = nodes.with_columns(
+        *metric_fill,
+        op_type=pl.coalesce("graph_op", "exec_op", pl.lit("unknown")),
+        params=pl.col("params").fill_null(0),
+        executed=pl.col("steps_run").is_not_null(),
+    )
+    float_ops = pl.col("static_float_ops").fill_null(0)
+    return nodes.with_columns(
+        float_ops=pl.when(pl.col("executed")).then(float_ops * pl.col("occurrence"))
+        .otherwise(float_ops),
+        types=pl.concat_list(
+            pl.col("op_type"),
+            pl.col("log_types").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+            pl.col("device").fill_null(""),
+        ).list.eval(pl.element().filter(pl.element() != "")),
+    ).select(
+        "worker", "name", "op_type", "types", "device", *METRICS, "params", "float_ops",
+        "executed",
+    )

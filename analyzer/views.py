@@ -1,0 +1,419 @@
+"""tfprof's four views: op types, name scopes, graph nodes and Python code.
+
+Views are pure functions `(Run, ViewOptions) -> View`, built on `nodestats.node_stats`
+(per-node numbers with tfprof's rules) and computed with polars expressions. The scope and
+code views share one tree engine: a node's totals are the sum of the self numbers of the
+accounted nodes under it; show/hide/trim/start regexes, max_depth and min_* thresholds
+choose what is displayed, and a hidden node's displayed descendants move up to the nearest
+displayed ancestor, as in tfprof. docs/views.md lists every option and where we differ
+from tfprof on purpose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import polars as pl
+
+from analyzer.errors import RunlensError
+from analyzer.model import Run
+from analyzer.nodestats import METRICS, node_stats
+
+ALL_METRICS = [*METRICS, "params", "float_ops"]
+ORDER_BY = {
+    "name": "name", "bytes": "requested_bytes", "peak_bytes": "peak_bytes",
+    "residual_bytes": "residual_bytes", "output_bytes": "output_bytes", "micros": "micros",
+    "accelerator_micros": "accelerator_micros", "cpu_micros": "cpu_micros",
+    "params": "params", "float_ops": "float_ops", "occurrence": "occurrence",
+}
+SELECTABLE = ["bytes", "peak_bytes", "residual_bytes", "output_bytes", "micros",
+              "accelerator_micros", "cpu_micros", "params", "float_ops", "occurrence",
+              "tensor_value", "device", "op_types", "input_shapes"]
+ROOT = "_TFProfRoot"
+# min_* option -> the metric it bounds (tfprof compares totals in tree views).
+THRESHOLDS = {
+    "min_bytes": "requested_bytes", "min_peak_bytes": "peak_bytes",
+    "min_residual_bytes": "residual_bytes", "min_output_bytes": "output_bytes",
+    "min_micros": "micros", "min_accelerator_micros": "accelerator_micros",
+    "min_cpu_micros": "cpu_micros", "min_params": "params", "min_float_ops": "float_ops",
+    "min_occurrence": "occurrence",
+}
+
+
+class ViewOptionError(RunlensError):
+    """An option value that cannot be used (bad regex, unknown order_by, ...)."""
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """tfprof's options (options.md), with its defaults. Regexes must match a whole name."""
+
+    max_depth: int = 100
+    min_bytes: int = 0
+    min_peak_bytes: int = 0
+    min_residual_bytes: int = 0
+    min_output_bytes: int = 0
+    min_micros: int = 0
+    min_accelerator_micros: int = 0
+    min_cpu_micros: int = 0
+    min_params: int = 0
+    min_float_ops: int = 0
+    min_occurrence: int = 0
+    step: int = -1
+    order_by: str = "name"
+    account_type_regexes: tuple[str, ...] = (".*",)
+    start_name_regexes: tuple[str, ...] = (".*",)
+    trim_name_regexes: tuple[str, ...] = ()
+    show_name_regexes: tuple[str, ...] = (".*",)
+    hide_name_regexes: tuple[str, ...] = ()
+    account_displayed_op_only: bool = False
+    select: tuple[str, ...] = ("micros",)
+
+    def __post_init__(self) -> None:
+        if self.order_by not in ORDER_BY:
+            raise ViewOptionError(
+                f"order_by {self.order_by!r}: expected one of {', '.join(ORDER_BY)}")
+        bad = [s for s in self.select if s not in SELECTABLE]
+        if bad:
+            raise ViewOptionError(f"select {bad[0]!r}: expected some of {', '.join(SELECTABLE)}")
+        if self.max_depth < 0:
+            raise ViewOptionError("max_depth must be >= 0")
+        for name in ("account_type_regexes", "start_name_regexes", "trim_name_regexes",
+                     "show_name_regexes", "hide_name_regexes"):
+            for rx in getattr(self, name):
+                try:
+                    pl.select(pl.lit("").str.contains(rx))
+                except pl.exceptions.PolarsError as e:
+                    raise ViewOptionError(f"{name}: bad regex {rx!r} ({e})") from None
+
+    def with_(self, **changes: Any) -> ViewOptions:
+        return replace(self, **changes)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass
+class View:
+    """A computed view: rows (flat, in display order, with parent links) and the root."""
+
+    kind: str
+    rows: pl.DataFrame  # name, depth, parent, metrics (totals), self_* metrics
+    root: dict[str, int]
+    options: ViewOptions
+    notes: list[str] = field(default_factory=list)
+
+    def tree(self) -> list[dict[str, Any]]:
+        """Rows nested by parent, each with `children`, in display order."""
+        by_parent: dict[str | None, list[dict[str, Any]]] = {}
+        for row in self.rows.iter_rows(named=True):
+            by_parent.setdefault(row["parent"], []).append(row)
+
+        def build(name: str | None) -> list[dict[str, Any]]:
+            return [
+                {**{k: v for k, v in r.items() if k not in ("parent", "key")},
+                 "children": build(r["key"])}
+                for r in by_parent.get(name, [])
+            ]
+
+        return build(None)
+
+
+def _full_match_any(col: pl.Expr, regexes: tuple[str, ...]) -> pl.Expr:
+    if not regexes:
+        return pl.lit(False)
+    return pl.any_horizontal([col.str.contains(f"^(?:{rx})$") for rx in regexes])
+
+
+def _is_everything(regexes: tuple[str, ...]) -> bool:
+    return regexes == (".*",)
+
+
+def _accounted(opts: ViewOptions) -> pl.Expr:
+    if _is_everything(opts.account_type_regexes):
+        return pl.lit(True)
+    rx = "|".join(f"(?:{r})" for r in opts.account_type_regexes)
+    return pl.col("types").list.eval(pl.element().str.contains(f"^(?:{rx})$")).list.any()
+
+
+def _sorted(df: pl.DataFrame, opts: ViewOptions, name_col: str = "name") -> pl.DataFrame:
+    key = ORDER_BY[opts.order_by]
+    if key == "name":
+        return df.sort(name_col)
+    return df.sort([key, name_col], descending=[True, False])
+
+
+def _root_totals(df: pl.DataFrame) -> dict[str, int]:
+    return {m: int(df.get_column(m).sum()) for m in ALL_METRICS} if df.height else {
+        m: 0 for m in ALL_METRICS}
+
+
+# ----------------------------------------------------------------------------- op view
+
+
+def op_view(run: Run, opts: ViewOptions) -> View:
+    """One row per op type: the sums over its nodes whose types match account_type_regexes.
+
+    Thresholds compare each op type's own numbers (tfprof compares running totals down
+    its sorted list, see docs/views.md).
+    """
+    nodes = node_stats(run, opts.step).filter(_accounted(opts))
+    per_type = nodes.group_by("op_type").agg(
+        *[pl.col(m).sum() for m in ALL_METRICS],
+        nodes=pl.len(),
+        executed_nodes=pl.col("executed").sum(),
+    ).rename({"op_type": "name"})
+    rows = _sorted(per_type, opts)
+    root = _root_totals(rows)
+    start = rows.select(_full_match_any(pl.col("name"), opts.start_name_regexes).arg_true())
+    first = start.to_series()[0] if start.height else rows.height
+    rows = rows.slice(first)
+    trimmed = rows.select(_full_match_any(pl.col("name"), opts.trim_name_regexes).arg_true())
+    if trimmed.height:
+        rows = rows.head(trimmed.to_series()[0])
+    rows = rows.head(opts.max_depth + 1).filter(_shown(opts))
+    if opts.account_displayed_op_only:
+        root = _root_totals(rows)
+    rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
+                             key=pl.col("name"))
+    return View("ops", rows, root, opts)
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> View:
+    """Shared engine of the scope and code views.
+
+    `items` has one row per tree node that carries numbers: `path` (list of names from the
+    top, the last being the node itself), `types`, and the metrics. Ancestors that are not
+    items (a scope with no node of its own) become nodes with zero self numbers. A node's
+    totals are its own numbers if it is accounted, plus the totals of everything below.
+    """
+    items = items.with_columns(key=pl.col("path").list.join(sep))
+    items = items.group_by("key").agg(
+        pl.col("path").first(),
+        pl.col("types").list.explode(keep_nulls=False, empty_as_null=False).unique(),
+        *[pl.col(m).sum() for m in ALL_METRICS],
+    ).with_columns(accounted=_accounted(opts))
+    # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
+    anc = (
+        items.select("key", "path", "accounted", *ALL_METRICS)
+        .with_columns(level=pl.int_ranges(1, pl.col("path").list.len() + 1))
+        .explode("level")
+        .with_columns(
+            ancestor=pl.col("path").list.head(pl.col("level")).list.join(sep),
+            anc_name=pl.col("path").list.get(pl.col("level") - 1),
+        )
+    )
+    nodes = (
+        anc.group_by("ancestor")
+        .agg(label=pl.col("anc_name").first(), level=pl.col("level").first(),
+             has_accounted=pl.col("accounted").any())
+        .rename({"ancestor": "key"})
+        .filter(pl.col("has_accounted"))  # tfprof keeps nodes with something accounted below
+    )
+    totals = (
+        anc.filter(pl.col("accounted"))
+        .group_by("ancestor")
+        .agg(*[pl.col(m).sum() for m in ALL_METRICS])
+        .rename({"ancestor": "key"})
+    )
+    own = items.select("key", "accounted",
+                       *[pl.col(m).alias(f"self_{m}") for m in ALL_METRICS])
+    nodes = (
+        nodes.join(totals, on="key", how="left")
+        .join(own, on="key", how="left")
+        .with_columns([pl.col(c).fill_null(0) for c in ALL_METRICS]
+                      + [pl.col(f"self_{m}").fill_null(0) for m in ALL_METRICS]
+                      + [pl.col("accounted").fill_null(False)])
+        # A node that is not accounted contributes nothing of its own.
+        .with_columns([pl.when(pl.col("accounted")).then(pl.col(f"self_{m}")).otherwise(0)
+                       .alias(f"self_{m}") for m in ALL_METRICS])
+        # Scope nodes are named by their full name, code frames by their trace string.
+        .with_columns(name=pl.col("key") if kind == "scopes" else pl.col("label"))
+    )
+    return _display(kind, nodes, opts, sep)
+
+
+def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> View:
+    """Choose the displayed nodes and their displayed parents, then order siblings.
+
+    Depth: the root is 1, top-level nodes 2 (start nodes are 2 when start_name_regexes
+    is set). A trimmed node still shows but nothing below it does (in the code view the
+    trimmed node goes too); hidden nodes pass their displayed descendants up.
+    """
+    flags = nodes.select(
+        "key", "level",
+        start=_full_match_any(pl.col("name"), opts.start_name_regexes),
+        trim=_full_match_any(pl.col("name"), opts.trim_name_regexes),
+    )
+    chain = (  # strict ancestors of every node, with their flags
+        nodes.select("key", "level")
+        .with_columns(k=pl.int_ranges(1, pl.col("level")))
+        .explode("k")
+        .drop_nulls("k")
+        .with_columns(anc=pl.col("key").str.split(sep).list.head(pl.col("k")).list.join(sep))
+        .join(flags.select(pl.col("key").alias("anc"), a_start="start", a_trim="trim"),
+              on="anc", how="left")
+    )
+    above = chain.group_by("key").agg(
+        under_start=pl.col("a_start").any(),
+        under_trim=pl.col("a_trim").any(),
+        start_level=pl.col("k").filter(pl.col("a_start")).min(),
+    )
+    d = (
+        nodes.join(above, on="key", how="left")
+        .join(flags.select("key", "start", "trim"), on="key")
+        .with_columns(pl.col("under_start", "under_trim").fill_null(False))
+    )
+    if _is_everything(opts.start_name_regexes):
+        d = d.with_columns(depth=pl.col("level") + 1, eligible=pl.lit(True))
+    else:  # the first match down each branch becomes a top node, at depth 2
+        d = d.with_columns(
+            depth=pl.when(pl.col("under_start"))
+            .then(pl.col("level") - pl.col("start_level") + 2).otherwise(2),
+            eligible=pl.col("start") | pl.col("under_start"),
+        )
+    trimmed_out = pl.col("under_trim") | (pl.col("trim") if kind == "code" else pl.lit(False))
+    d = d.with_columns(
+        displayed=pl.col("eligible") & ~trimmed_out & (pl.col("depth") <= opts.max_depth)
+        & _shown(opts, self_counts=kind == "scopes")
+    )
+    shown = d.filter(pl.col("displayed"))
+    parent = (
+        chain.join(shown.select(anc="key"), on="anc", how="semi")
+        .sort("k", descending=True)
+        .unique(subset="key", keep="first")
+        .select("key", parent=pl.col("anc"))
+    )
+    rows = shown.join(parent, on="key", how="left")
+    if opts.account_displayed_op_only:
+        rows = _displayed_totals(rows, chain)
+        root = _root_totals(rows.filter(pl.col("parent").is_null()))
+    else:
+        root = _root_totals(nodes.filter(pl.col("level") == 1))
+    rows = _order_tree(rows, opts)
+    keep = ["key", "name", "parent", "depth", *ALL_METRICS, *[f"self_{m}" for m in ALL_METRICS]]
+    return View(kind, rows.select(keep), root, opts)
+
+
+def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
+    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name.
+
+    Thresholds test totals; params, float_ops and occurrence test a node's own numbers in
+    the scope view (`self_counts`), as tfprof does.
+    """
+    cond = pl.lit(True)
+    for option, metric in THRESHOLDS.items():
+        bound = getattr(opts, option)
+        if bound:
+            own = self_counts and metric in ("params", "float_ops", "occurrence")
+            cond = cond & (pl.col(f"self_{metric}" if own else metric) >= bound)
+    if not _is_everything(opts.show_name_regexes):
+        cond = cond & _full_match_any(pl.col("name"), opts.show_name_regexes)
+    if opts.hide_name_regexes:
+        cond = cond & ~_full_match_any(pl.col("name"), opts.hide_name_regexes)
+    return cond
+
+
+def _displayed_totals(rows: pl.DataFrame, chain: pl.DataFrame) -> pl.DataFrame:
+    """account_displayed_op_only: totals count only displayed nodes (self + shown below)."""
+    keys = rows.select("key")
+    below = (
+        chain.join(keys, on="key", how="semi")
+        .join(keys.rename({"key": "anc"}), on="anc", how="semi")
+        .join(rows.select("key", *[f"self_{m}" for m in ALL_METRICS]), on="key")
+        .group_by("anc")
+        .agg(*[pl.col(f"self_{m}").sum().alias(f"below_{m}") for m in ALL_METRICS])
+        .rename({"anc": "key"})
+    )
+    rows = rows.join(below, on="key", how="left")
+    return rows.with_columns(
+        [(pl.col(f"self_{m}") + pl.col(f"below_{m}").fill_null(0)).alias(m)
+         for m in ALL_METRICS]
+    ).drop([f"below_{m}" for m in ALL_METRICS])
+
+
+def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
+    """Depth-first display order with siblings sorted by order_by (ties by name)."""
+    key = ORDER_BY[opts.order_by]
+    sort_cols = ["name"] if key == "name" else [key, "name"]
+    desc = [False] if key == "name" else [True, False]
+    ordered = rows.sort(sort_cols, descending=desc)
+    children: dict[str | None, list[str]] = {}
+    for k, p in zip(ordered["key"].to_list(), ordered["parent"].to_list(), strict=True):
+        children.setdefault(p, []).append(k)
+    order: list[str] = []
+    nesting: list[int] = []
+    stack = [(k, 1) for k in reversed(children.get(None, []))]
+    while stack:
+        k, level = stack.pop()
+        order.append(k)
+        nesting.append(level)
+        stack.extend((c, level + 1) for c in reversed(children.get(k, [])))
+    pos = pl.DataFrame({"key": order, "pos": range(len(order)), "nesting": nesting},
+                       schema={"key": pl.String, "pos": pl.Int64, "nesting": pl.Int64})
+    # `depth` becomes the displayed nesting level (1 = under the root).
+    return rows.join(pos, on="key").sort("pos").drop("pos", "depth").rename(
+        {"nesting": "depth"})
+
+
+def scope_view(run: Run, opts: ViewOptions) -> View:
+    """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below."""
+    nodes = node_stats(run, opts.step)
+    items = nodes.select(pl.col("name").str.split("/").alias("path"), "types", *ALL_METRICS)
+    return tree_view("scopes", items, opts, sep="/")
+
+
+def code_view(run: Run, opts: ViewOptions) -> View:
+    """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
+    frames nest by call stack, outermost first, as tfprof's code view does."""
+    nodes = node_stats(run, opts.step)
+    frames = run.code.with_columns(
+        frame=pl.format("{}:{}:{}", pl.col("file"), pl.col("lineno"), pl.col("function"))
+    )
+    paths = (
+        frames.sort("worker", "name", "depth")
+        .group_by("worker", "name", maintain_order=True)
+        .agg(path=pl.col("frame"))
+    )
+    items = nodes.join(paths, on=["worker", "name"], how="inner").select(
+        "path", "types", *ALL_METRICS)
+    notes = [] if run.code.height else ["no code traces (op_log.pb missing or without them)"]
+    view = tree_view("code", items, opts, sep="\x1f")
+    view.notes.extend(notes)
+    return view
+
+
+def graph_view(run: Run, opts: ViewOptions) -> View:
+    """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
+    nodes = node_stats(run, opts.step).filter(_accounted(opts))
+    inputs = (
+        run.graph_nodes.filter(pl.col("source") == "graph")
+        .unique(subset=["worker", "name"], keep="first")
+        .select("worker", "name", "inputs")
+    )
+    nodes = nodes.join(inputs, on=["worker", "name"], how="left")
+    agg = nodes.group_by("name").agg(
+        *[pl.col(m).sum() for m in ALL_METRICS],
+        op_type=pl.col("op_type").first(), device=pl.col("device").first(),
+        inputs=pl.col("inputs").first(),
+    )
+    rows = _sorted(agg, opts)
+    root = _root_totals(rows)
+    if not _is_everything(opts.start_name_regexes):
+        rows = rows.filter(_full_match_any(pl.col("name"), opts.start_name_regexes))
+    rows = rows.filter(_shown(opts, self_counts=True))
+    if opts.trim_name_regexes:
+        rows = rows.filter(~_full_match_any(pl.col("name"), opts.trim_name_regexes))
+    if opts.account_displayed_op_only:
+        root = _root_totals(rows)
+    rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
+                             key=pl.col("name"))
+    return View("graph", rows, root, opts)
+
+
+VIEWS = {"ops": op_view, "scopes": scope_view, "graph": graph_view, "code": code_view}
