@@ -134,5 +134,126 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
         click.echo(summary_text(data), nl=False)
 
 
+def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """tfprof's options as flags (tfprof's options.md; docs/views.md)."""
+    ints = [
+        ("--max-depth", 100, "Show nodes at most this deep (the root is depth 1)."),
+        ("--min-bytes", 0, "Hide nodes that request fewer bytes."),
+        ("--min-peak-bytes", 0, "Hide nodes with a lower peak."),
+        ("--min-residual-bytes", 0, "Hide nodes with fewer bytes still allocated at the end."),
+        ("--min-output-bytes", 0, "Hide nodes with fewer output bytes."),
+        ("--min-micros", 0, "Hide nodes that take less time (CPU + accelerator, us)."),
+        ("--min-accelerator-micros", 0, "Hide nodes with less accelerator time (us)."),
+        ("--min-cpu-micros", 0, "Hide nodes with less CPU time (us)."),
+        ("--min-params", 0, "Hide nodes with fewer parameters."),
+        ("--min-float-ops", 0, "Hide nodes with fewer float operations."),
+        ("--min-occurrence", 0, "Hide nodes that run fewer times (op view: fewer nodes)."),
+    ]
+    regexes = [
+        ("--account-type-regexes", ".*", "Count only nodes with an op type (or op_log type, "
+         "or device) matching one of these."),
+        ("--start-name-regexes", ".*", "Start the display at nodes matching these."),
+        ("--trim-name-regexes", None, "Show nothing below nodes matching these."),
+        ("--show-name-regexes", ".*", "Display only nodes matching these."),
+        ("--hide-name-regexes", None, "Do not display nodes matching these."),
+    ]
+    for flag, pattern, text in reversed(regexes):
+        fn = click.option(flag, multiple=True, default=[pattern] if pattern else [],
+                          show_default=bool(pattern), metavar="REGEX",
+                          help=text + " Full match; repeat the flag for several.")(fn)
+    for flag, number, text in reversed(ints):
+        fn = click.option(flag, type=int, default=number, show_default=True, help=text)(fn)
+    fn = click.option("--account-displayed-op-only/--account-all", default=False,
+                      help="Totals count only the displayed nodes (default: every "
+                           "accounted node).")(fn)
+    fn = click.option("--select", default="micros,bytes,occurrence", show_default=True,
+                      help="Columns of the text output: micros, accelerator_micros, "
+                           "cpu_micros, bytes, peak_bytes, residual_bytes, output_bytes, "
+                           "params, float_ops, occurrence.")(fn)
+    fn = click.option("--order-by", default="micros", show_default=True,
+                      type=click.Choice(["name", "bytes", "peak_bytes", "residual_bytes",
+                                         "output_bytes", "micros", "accelerator_micros",
+                                         "cpu_micros", "params", "float_ops", "occurrence"]),
+                      help="Sort rows (siblings in trees) by this, largest first.")(fn)
+    fn = click.option("--step", type=int, default=-1, show_default=True,
+                      help="Global step to show; -1 averages over the traced steps.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]),
+                      default="text", show_default=True, help="Output format.")(fn)
+    return fn
+
+
+def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
+    from analyzer.errors import RunlensError
+    from analyzer.render.views import RENDERERS
+    from analyzer.views import VIEWS, ViewOptions
+
+    kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
+    for key in [k for k in kw if k.endswith("_regexes")]:
+        kw[key] = tuple(kw[key])
+    options = ViewOptions(**kw)
+    run = load(run_dir, no_cache)
+    if options.step >= 0 and options.step not in run.steps:
+        raise RunlensError(f"{run_dir}: step {options.step} was not traced "
+                           f"(traced steps: {_short_list(run.steps)})")
+    click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
+
+
+def _short_list(values: list[int]) -> str:
+    text = ", ".join(map(str, values[:12]))
+    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
+
+
+def _view_command(kind: str, doc: str) -> None:
+    @main.command(name=kind, help=doc)
+    @run_dir_argument
+    @_view_options
+    @no_cache_option
+    @handle_errors
+    def command(run_dir: str, fmt: str, no_cache: bool, **kw: Any) -> None:
+        if kw.pop("critical_path", False):
+            _critical_path(run_dir, fmt, no_cache, kw["step"])
+        else:
+            _run_view(kind, run_dir, fmt, no_cache, kw)
+
+    if kind == "graph":
+        click.option(
+            "--critical-path", is_flag=True,
+            help="Show the critical path of a step (the median-time step unless --step).",
+        )(command)
+
+
+def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
+    from analyzer.errors import RunlensError
+    from analyzer.graph import critical_path
+    from analyzer.render.critical_path import RENDERERS
+    from analyzer.steps import median_step
+
+    run = load(run_dir, no_cache)
+    if step < 0:
+        step = median_step(run)
+    elif step not in run.steps:
+        raise RunlensError(f"{run_dir}: step {step} was not traced "
+                           f"(traced steps: {_short_list(run.steps)})")
+    if fmt == "csv":
+        raise RunlensError("--critical-path supports --format text or json")
+    click.echo(RENDERERS[fmt](critical_path(run, step)), nl=False)
+
+
+_view_command("ops", """Time and memory by op type (tfprof's op view).
+
+    One row per op type, summed over its nodes; -1 (the default step) averages each node
+    over the steps it ran in, as tfprof does.""")
+_view_command("scopes", """Time and memory by name scope (tfprof's scope view).
+
+    A tree: a scope's numbers include everything under it (total/self in text).""")
+_view_command("code", """Time and memory by Python code (tfprof's code view).
+
+    A tree of call stacks from op_log.pb's code traces; gradient ops sit under their
+    forward op's code, marked "(gradient)".""")
+_view_command("graph", """Time and memory by graph node (one row per node, with inputs).
+
+    With --critical-path: the chain of dependent ops that ends the step last.""")
+
+
 if __name__ == "__main__":
     main()

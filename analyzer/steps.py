@@ -24,6 +24,13 @@ def step_times(run: Run) -> pl.DataFrame:
     )
 
 
+def median_step(run: Run) -> int:
+    """The traced step whose time is the median (the lower one for an even count)."""
+    times = step_times(run).group_by("step").agg(pl.col("duration_ns").max()).sort(
+        "duration_ns", "step")
+    return int(times["step"][(times.height - 1) // 2])
+
+
 def summary(run: Run) -> dict:
     """What `analyze summary` prints: shape of the run and step-time statistics."""
     times = step_times(run)

@@ -85,7 +85,10 @@ class ViewOptions:
                 try:
                     pl.select(pl.lit("").str.contains(rx))
                 except pl.exceptions.PolarsError as e:
-                    raise ViewOptionError(f"{name}: bad regex {rx!r} ({e})") from None
+                    why = [ln.strip() for ln in str(e).splitlines()
+                           if ln.strip().startswith("error:")]
+                    reason = why[0].removeprefix("error:").strip() if why else "invalid"
+                    raise ViewOptionError(f"{name}: bad regex {rx!r}: {reason}") from None
 
     def with_(self, **changes: Any) -> ViewOptions:
         return replace(self, **changes)
@@ -368,23 +371,49 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     return tree_view("scopes", items, opts, sep="/")
 
 
+def _trace_string() -> pl.Expr:
+    """tfprof's name for a code frame: file basename, line, function (cut to 20 chars)."""
+    fn = pl.col("function")
+    short = pl.when(fn.str.len_chars() < 20).then(fn).otherwise(fn.str.head(17) + "...")
+    return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
+                     short)
+
+
+def code_paths(run: Run) -> pl.DataFrame:
+    """worker, name, path: each op's code path, outermost frame first, as tfprof builds it.
+
+    Gradient ops ("gradients/<fwd>_grad/...") take the path of their forward op with
+    " (gradient)" on every frame, so backprop time lands next to the code that caused it.
+    Ops without a code trace of their own (runtime-only nodes) are left out, as in tfprof.
+    """
+    own = (
+        run.code.sort("worker", "name", "depth")
+        .group_by("worker", "name", maintain_order=True)
+        .agg(path=_trace_string())
+    )
+    names = own.select("worker", "name")
+    fwd = pl.col("name").str.extract(r"gradients/(.+?)_grad/", 1)
+    is_grad = pl.col("name").str.contains("gradients/") & pl.col("name").str.contains("_grad/")
+    grads = (
+        names.filter(is_grad & fwd.is_not_null())
+        .with_columns(fwd=fwd)
+        .join(own.rename({"name": "fwd"}), on=["worker", "fwd"])
+        .select("worker", "name",
+                path=pl.col("path").list.eval(pl.element() + " (gradient)"))
+    )
+    forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
+    return pl.concat([forward, grads])
+
+
 def code_view(run: Run, opts: ViewOptions) -> View:
     """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
     frames nest by call stack, outermost first, as tfprof's code view does."""
     nodes = node_stats(run, opts.step)
-    frames = run.code.with_columns(
-        frame=pl.format("{}:{}:{}", pl.col("file"), pl.col("lineno"), pl.col("function"))
-    )
-    paths = (
-        frames.sort("worker", "name", "depth")
-        .group_by("worker", "name", maintain_order=True)
-        .agg(path=pl.col("frame"))
-    )
-    items = nodes.join(paths, on=["worker", "name"], how="inner").select(
+    items = nodes.join(code_paths(run), on=["worker", "name"], how="inner").select(
         "path", "types", *ALL_METRICS)
-    notes = [] if run.code.height else ["no code traces (op_log.pb missing or without them)"]
     view = tree_view("code", items, opts, sep="\x1f")
-    view.notes.extend(notes)
+    if not run.code.height:
+        view.notes.append("no code traces (op_log.pb missing or without them)")
     return view
 
 

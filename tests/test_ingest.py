@@ -144,7 +144,7 @@ def test_directory_of_run_dirs_is_one_multi_worker_run(tmp_path):
     assert run.nodes.height == 2 * single.nodes.height
 
 def test_engine_and_cli_import_without_tensorflow():
-    code = ("import sys, analyzer, analyzer.load, checkers, cli; "
+    code = ("import sys, analyzer, analyzer.load, analyzer.views, analyzer.graph, checkers, cli; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow']; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

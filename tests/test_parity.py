@@ -14,7 +14,7 @@ import pytest
 from analyzer.load import load_run
 from analyzer.model import Run
 from analyzer.nodestats import node_stats
-from analyzer.views import ViewOptions, op_view, scope_view
+from analyzer.views import ViewOptions, code_view, op_view, scope_view
 from tests.conftest import FIXTURES
 
 pytest.importorskip("tensorflow")
@@ -38,6 +38,12 @@ SCOPE_OPTION_SETS = [
     {"min_params": 10, "account_displayed_op_only": True},
     {"order_by": "micros", "min_bytes": 1, "account_displayed_op_only": True},
     {"min_occurrence": 1, "min_output_bytes": 100},
+]
+CODE_OPTION_SETS = [
+    {},
+    {"max_depth": 6, "min_micros": 3},
+    {"hide_name_regexes": [r".*\(gradient\)"]},
+    {"trim_name_regexes": [r"generate.py:\d+:gen_.*"], "order_by": "micros"},
 ]
 OP_OPTION_SETS = [{}, {"account_type_regexes": ["_trainable_variables"]},
                   {"account_type_regexes": [".*cpu:0"]}]
@@ -107,6 +113,30 @@ def _check_ops(run_dir: Path, run: Run, kw: dict) -> None:
     _assert_same(ours.join(theirs, on="name"), what, [*METRICS, "occurrence"])
 
 
+def _flatten_code(node, rows, path=()):
+    if node.name != "_TFProfRoot":
+        path = (*path, node.name)
+        rows.append({"key": "\x1f".join(path),
+                     **{f"t_{ours}": getattr(node, f"total_{theirs}")
+                        for ours, theirs in METRICS.items()}})
+    for c in node.children:
+        _flatten_code(c, rows, path)
+    return rows
+
+
+def _check_code(run_dir: Path, run: Run, kw: dict) -> None:
+    """Code view: every frame of the tree (keyed by its path) has tfprof's totals."""
+    schema = {"key": pl.String, **{f"t_{m}": pl.Int64 for m in METRICS}}
+    theirs = pl.DataFrame(_flatten_code(oracle.code_view(run_dir, **kw), []), schema=schema)
+    ours = code_view(run, _opts(kw)).rows
+    what = f"{run_dir.name} code {kw}"
+    assert ours.height > 0 or kw, what  # with default options every fixture has code
+    assert sorted(ours["key"].to_list()) == sorted(theirs["key"].to_list()), what
+    joined = ours.drop("name").rename({"key": "name"}).join(
+        theirs.rename({"key": "name"}), on="name")
+    _assert_same(joined, what, METRICS)
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir()))
 def test_views_equal_tfprof(name):
     run_dir = FIXTURES / name
@@ -116,6 +146,8 @@ def test_views_equal_tfprof(name):
         _check_scopes(run_dir, run, kw)
     for kw in [*OP_OPTION_SETS, {"step": steps[-1]}]:
         _check_ops(run_dir, run, kw)
+    for kw in CODE_OPTION_SETS:
+        _check_code(run_dir, run, kw)
 
 
 # ----------------------------------------------------------------------------- on purpose

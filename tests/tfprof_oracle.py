@@ -6,7 +6,9 @@ would run tfprof offline on our capture. Needs TensorFlow (dev extra).
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,31 @@ def profiler(run_dir: Path) -> Any:
     return _current[run_dir]
 
 
+@contextlib.contextmanager
+def _saved_code_traces() -> Iterator[None]:
+    """tfprof's code view crashes (IndexError map::at) on a re-imported graph with a saved
+    op log: merge_default_with_oplog rebuilds the string table from the new graph but keeps
+    the saved traces' ids. While the Profiler is built, keep the saved table, as tfprof
+    would on the original graph; restore TensorFlow's function afterwards."""
+    from tensorflow.python.profiler import model_analyzer, tfprof_logger
+
+    original = tfprof_logger.merge_default_with_oplog
+
+    def merge(graph, op_log=None, run_meta=None, add_trace=True, add_trainable_var=True):
+        merged = original(graph, op_log, run_meta, add_trace=False,
+                          add_trainable_var=add_trainable_var)
+        if op_log is not None:
+            for key, value in op_log.id_to_string.items():
+                merged.id_to_string[key] = value
+        return merged
+
+    model_analyzer.tfprof_logger.merge_default_with_oplog = merge
+    try:
+        yield
+    finally:
+        model_analyzer.tfprof_logger.merge_default_with_oplog = original
+
+
 def _build(run_dir: Path) -> Any:
     import tensorflow as tf
     from tensorflow.core.profiler import tfprof_log_pb2
@@ -34,10 +61,11 @@ def _build(run_dir: Path) -> Any:
         graph_def = tf.compat.v1.GraphDef.FromString((run_dir / "graph.pb").read_bytes())
         tf.import_graph_def(graph_def, name="")
     op_log = tfprof_log_pb2.OpLogProto.FromString((run_dir / "op_log.pb").read_bytes())
-    prof = tf.compat.v1.profiler.Profiler(graph=graph, op_log=op_log)
-    for path in sorted((run_dir / "steps").glob("step-*.pb")):
-        step = int(path.stem.split("-")[1])
-        prof.add_step(step, config_pb2.RunMetadata.FromString(path.read_bytes()))
+    with _saved_code_traces():
+        prof = tf.compat.v1.profiler.Profiler(graph=graph, op_log=op_log)
+        for path in sorted((run_dir / "steps").glob("step-*.pb")):
+            step = int(path.stem.split("-")[1])
+            prof.add_step(step, config_pb2.RunMetadata.FromString(path.read_bytes()))
     return prof
 
 

@@ -12,7 +12,8 @@ def fmt_us(us: float) -> str:
 
 
 def fmt_bytes(b: float) -> str:
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    # Decimal units, as tfprof prints them (1KB = 1000 bytes).
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if abs(b) >= size:
             return f"{b / size:.2f}{unit}"
     return f"{b:.0f}B"

@@ -1,0 +1,120 @@
+"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from analyzer.render.units import fmt_bytes, fmt_count, fmt_us
+from analyzer.views import ALL_METRICS, View
+
+SCHEMA = 1
+# select name -> (metric column, formatter, header)
+COLUMNS = {
+    "micros": ("micros", fmt_us, "time"),
+    "accelerator_micros": ("accelerator_micros", fmt_us, "accel time"),
+    "cpu_micros": ("cpu_micros", fmt_us, "cpu time"),
+    "bytes": ("requested_bytes", fmt_bytes, "requested"),
+    "peak_bytes": ("peak_bytes", fmt_bytes, "peak"),
+    "residual_bytes": ("residual_bytes", fmt_bytes, "residual"),
+    "output_bytes": ("output_bytes", fmt_bytes, "output"),
+    "params": ("params", fmt_count, "params"),
+    "float_ops": ("float_ops", fmt_count, "flops"),
+    "occurrence": ("occurrence", fmt_count, "runs"),
+}
+TREE_VIEWS = {"scopes", "code"}
+
+
+def _metrics(row: dict[str, Any]) -> dict[str, int]:
+    return {m: int(row[m]) for m in ALL_METRICS}
+
+
+def view_json(view: View) -> str:
+    if view.kind in TREE_VIEWS:
+        rows = [_tree_row(r) for r in view.tree()]
+    else:
+        rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
+                for r in view.rows.iter_rows(named=True)]
+    doc = {
+        "schema": SCHEMA,
+        "view": view.kind,
+        "step": view.options.step,
+        "options": {k: list(v) if isinstance(v, tuple) else v
+                    for k, v in view.options.__dict__.items()},
+        "total": view.root,
+        "rows": rows,
+        "notes": view.notes,
+    }
+    return json.dumps(doc, indent=1)
+
+
+def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
+    if kind == "ops":
+        return {"nodes": row["nodes"]}
+    if kind == "graph":
+        return {"op_type": row["op_type"], "device": row["device"], "inputs": row["inputs"]}
+    return {}
+
+
+def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": node["name"],
+        **_metrics(node),
+        "self": {m: int(node[f"self_{m}"]) for m in ALL_METRICS},
+        "children": [_tree_row(c) for c in node["children"]],
+    }
+
+
+def view_csv(view: View) -> str:
+    out = io.StringIO()
+    tree = view.kind in TREE_VIEWS
+    header = ["name", *(["depth", "parent"] if tree else []), *ALL_METRICS]
+    if tree:
+        header += [f"self_{m}" for m in ALL_METRICS]
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    names = dict(zip(view.rows["key"].to_list(), view.rows["name"].to_list(), strict=True))
+    for r in view.rows.iter_rows(named=True):
+        row = {**r, "parent": names.get(r["parent"], "") if r["parent"] else ""}
+        writer.writerow([row[h] for h in header])
+    return out.getvalue()
+
+
+def view_text(view: View) -> str:
+    select = [s for s in view.options.select if s in COLUMNS] or ["micros"]
+    cols = [COLUMNS[s] for s in select]
+    title = {"ops": "op type", "scopes": "name scope", "graph": "graph node",
+             "code": "python code"}[view.kind]
+    tree = view.kind in TREE_VIEWS
+    lines: list[str] = []
+    label_rows: list[tuple[str, dict[str, Any]]] = []
+    for r in view.rows.iter_rows(named=True):
+        indent = "  " * (int(r["depth"]) - 1) if tree else ""
+        label_rows.append((indent + str(r["name"]), r))
+    width = min(max([len(title)] + [len(label) for label, _ in label_rows]), 90)
+    head = f"{title:<{width}}"
+    for _, _, name in cols:
+        head += f"  {name + (' (total/self)' if tree else ''):>26}"
+    lines.append(head)
+    for label, r in label_rows:
+        text = label if len(label) <= width else label[: width - 1] + "…"
+        line = f"{text:<{width}}"
+        for metric, fmt, _ in cols:
+            total = view.root.get(metric) or 0
+            share = f"{100 * r[metric] / total:5.1f}%" if total else "     -"
+            if tree:
+                cell = f"{fmt(r[metric])}/{fmt(r['self_' + metric])} {share}"
+            else:
+                cell = f"{fmt(r[metric])} {share}"
+            line += f"  {cell:>26}"
+        lines.append(line)
+    totals = "  ".join(f"{name} {fmt(view.root[m])}" for m, fmt, name in cols)
+    step = "average over steps" if view.options.step < 0 else f"step {view.options.step}"
+    lines.append(f"total ({step}): {totals}; {len(label_rows)} rows")
+    lines.extend(f"note: {n}" for n in view.notes)
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {"text": view_text, "json": view_json, "csv": view_csv}
