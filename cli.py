@@ -111,6 +111,8 @@ def main() -> None:
 
     \b
     Examples:
+      analyze advise fixtures/runs/input_bound
+      analyze ops fixtures/runs/cnn --min-micros 100
       analyze summary fixtures/runs/mlp
     """
 
@@ -132,6 +134,59 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
         from analyzer.render.summary import summary_text
 
         click.echo(summary_text(data), nl=False)
+
+
+@main.command()
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(), required=False)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
+              help="Exit 1 when a finding is at or above this severity (default: never).")
+@click.option("--select", "select", multiple=True, metavar="CHECKER",
+              help="Run only these checkers (codes like RL105 or names like input-bound; "
+                   "repeat or comma-separate).")
+@click.option("--ignore", "ignore", multiple=True, metavar="CHECKER",
+              help="Skip these checkers.")
+@click.option("--checkers", "checkers_opt", multiple=True, metavar="CHECKER", hidden=True)
+@click.option("--list", "list_checkers", is_flag=True, help="Describe every checker.")
+@no_cache_option
+@handle_errors
+def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str, ...],
+           ignore: tuple[str, ...], checkers_opt: tuple[str, ...], list_checkers: bool,
+           no_cache: bool) -> None:
+    """Say what is slow in RUN_DIR and what to do about it.
+
+    Runs every checker (`--list` describes them) and prints findings grouped by
+    severity, biggest impact (share of step time at stake) first, with the numbers
+    behind them. In CI, `--fail-on warning` exits 1 when a warning or error is found.
+
+    \b
+    Examples:
+      analyze advise fixtures/runs/input_bound
+      analyze advise runs/exp1 --format json --fail-on warning
+      analyze advise runs/exp1 --select input-bound,RL103
+    """
+    import checkers
+    from analyzer.render.findings import RENDERERS, checker_list
+    from analyzer.steps import step_times
+
+    if list_checkers:
+        click.echo(checker_list(checkers.all_checkers(), fmt), nl=False)
+        return
+    if not run_dir:
+        raise click.UsageError("RUN_DIR is required (or use --list)")
+    split = lambda items: [x for item in items for x in item.split(",") if x.strip()]  # noqa: E731
+    run = load(run_dir, no_cache)
+    findings = checkers.run_checks(run, select=split(select + checkers_opt) or None,
+                                   ignore=split(ignore))
+    times = step_times(run)["duration_ns"]
+    meta = {"run": run_dir, "steps": len(run.steps),
+            "median_step_us": checkers.base.num(times.median()) / 1000}
+    click.echo(RENDERERS[fmt](findings, meta), nl=False)
+    if fail_on is not None:
+        bar = checkers.Severity.parse(fail_on)
+        if any(f.severity >= bar for f in findings):
+            sys.exit(EXIT_FAILED)
 
 
 def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,87 @@
+"""Render advisor findings (text grouped by severity, JSON schema 1) and the checker list."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import textwrap
+from typing import Any
+
+SCHEMA = 1
+
+
+def findings_json(findings: list[Any], meta: dict[str, Any]) -> str:
+    return json.dumps({"schema": SCHEMA, **meta,
+                       "findings": [f.to_dict() for f in findings]}, indent=1, default=str)
+
+
+def _evidence_lines(evidence: dict[str, Any], width: int = 100) -> list[str]:
+    lines = []
+    for key, value in evidence.items():
+        if isinstance(value, list):
+            shown = value[:5]
+            text = "; ".join(_compact(v) for v in shown)
+            if len(value) > len(shown):
+                text += f"; ... ({len(value)} in all)"
+        else:
+            text = _compact(value)
+        lines.extend(textwrap.wrap(f"{key}: {text}", width, initial_indent="      ",
+                                   subsequent_indent="        "))
+    return lines
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_compact(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
+    lines = [f"runlens advise: {meta['run']} ({meta['steps']} steps, "
+             f"median step {meta['median_step_us']:.0f}us)"]
+    if not findings:
+        lines.append("no findings: nothing the checkers know about stands out")
+        return "\n".join(lines) + "\n"
+    for severity in ("error", "warning", "info"):
+        group = [f for f in findings if str(f.severity) == severity]
+        if not group:
+            continue
+        lines.append("")
+        lines.append(f"{severity.upper()} ({len(group)})")
+        for f in group:
+            impact = f" [{100 * f.impact:.1f}% of step]" if f.impact else ""
+            lines.append(f"  {f.code} {f.name}{impact}: {f.message}")
+            where = ", ".join(f"{k}={v}" for k, v in f.where.items() if v is not None)
+            if where:
+                lines.append(f"      where: {where}")
+            lines.extend(_evidence_lines(f.evidence))
+            if f.suggestion:
+                lines.extend(textwrap.wrap(f"fix: {f.suggestion}", 100,
+                                           initial_indent="      ",
+                                           subsequent_indent="        "))
+    counts = {s: sum(1 for f in findings if str(f.severity) == s)
+              for s in ("error", "warning", "info")}
+    lines.append("")
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "\n".join(lines) + "\n"
+
+
+def checker_list(checkers: list[Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps({"schema": SCHEMA, "checkers": [
+            {"code": c.code, "name": c.name, "title": c.title, "severity": str(c.severity),
+             "doc": inspect.cleandoc(c.__doc__ or "")} for c in checkers]}, indent=1)
+    out = []
+    for c in checkers:
+        out.append(f"{c.code} {c.name} ({c.severity}): {c.title}")
+        doc = inspect.cleandoc(c.__doc__ or "")
+        for para in doc.split("\n\n"):
+            out.extend(textwrap.wrap(" ".join(para.split()), 96, initial_indent="    ",
+                                     subsequent_indent="    "))
+        out.append("")
+    return "\n".join(out)
+
+
+RENDERERS = {"text": findings_text, "json": findings_json}

@@ -1,0 +1,71 @@
+"""RL107 device-idle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from checkers.intervals import gaps, merged_busy
+
+IDLE_INFO = 0.25
+IDLE_WARNING = 0.5
+MIN_GAP_US = 100.0
+
+
+@register
+class DeviceIdle(Checker):
+    """Idle gaps on a device's op lanes inside the step span: time when nothing runs on
+    the device although the step is not over.
+
+    Why: gaps are time the step could be shorter; on CPU they show the executor waiting
+    (on Python, on a queue, on another device), on GPU the host not feeding the device.
+    How to fix: look at what ends before and starts after the largest gaps; overlap
+    input, copies and compute; remove host round-trips inside the step.
+    """
+
+    code = "RL107"
+    name = "device-idle"
+    title = "Idle gaps on a device"
+    severity = Severity.INFO
+
+    def check(self, a: Analysis) -> Iterable[Finding]:
+        n = a.run.nodes.filter((pl.col("all_start_us") > 0)
+                               & pl.col("lane_kind").is_in(["device", "stream_all"]))
+        if n.height == 0:
+            return
+        iv = n.select("worker", "device", "lane_kind", "step", "node_name", "start_ns",
+                      end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns"))
+        by = ["worker", "device", "lane_kind", "step"]
+        blocks = merged_busy(iv, by)
+        spans = a.step_times.select("worker", "step", "start_ns", "end_ns")
+        # Idle = step span minus busy blocks (before the first op and after the last too).
+        busy = blocks.group_by(by).agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+        idle = (busy.join(spans, on=["worker", "step"])
+                .with_columns(idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"))
+                .group_by("worker", "device", "lane_kind")
+                .agg(idle_ns=pl.col("idle_ns").sum(),
+                     span_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(), steps=pl.len()))
+        holes = gaps(blocks, by).filter(pl.col("gap_ns") >= MIN_GAP_US * 1000)
+        for r in idle.sort("worker", "device", "lane_kind").iter_rows(named=True):
+            share = r["idle_ns"] / r["span_ns"] if r["span_ns"] else 0.0
+            if share < IDLE_INFO:
+                continue
+            lane = "kernels" if r["lane_kind"] == "stream_all" else "ops"
+            top = (holes.filter((pl.col("worker") == r["worker"])
+                                & (pl.col("device") == r["device"])
+                                & (pl.col("lane_kind") == r["lane_kind"]))
+                   .sort("gap_ns", descending=True).head(5))
+            yield self.finding(
+                f"{r['device']} has no {lane} running for {pct(share)} of the step "
+                f"({r['idle_ns'] / r['steps'] / 1000:.0f}us per step)",
+                severity=Severity.WARNING if share >= IDLE_WARNING else Severity.INFO,
+                where={"worker": r["worker"], "device": r["device"]},
+                evidence={"idle_share": round(share, 4), "steps": r["steps"],
+                          "largest_gaps_us": [round(g / 1000, 1) for g in top["gap_ns"]],
+                          "gap_steps": top["step"].to_list()},
+                suggestion="See what runs elsewhere during the gaps (analyze timeline); "
+                           "overlap input, copies and compute.",
+                impact=share,
+            )

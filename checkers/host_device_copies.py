@@ -1,0 +1,73 @@
+"""RL106 host-device-copies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from analyzer.render.units import fmt_bytes
+from checkers.base import Analysis, Checker, Finding, Severity, pct, register
+
+COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"
+INFO_SHARE = 0.02
+WARNING_SHARE = 0.10
+
+
+@register
+class HostDeviceCopies(Checker):
+    """Memory copies between host and device (memcpy HtoD / DtoH) and Send/Recv
+    transfers: their time and bytes per step, when above a share of step time.
+
+    Why: copies over PCIe or the network are slow compared with device memory, and a
+    copy on the critical path stalls the step; they usually come from ops placed on the
+    CPU in a GPU graph (no GPU kernel, or a tf.py_function), from feeding numpy arrays,
+    or from fetching tensors every step. How to fix: keep the whole step on the device
+    (check placement with log_device_placement), feed with tf.data + prefetch to the
+    device, fetch less, use pinned memory.
+    """
+
+    code = "RL106"
+    name = "host-device-copies"
+    title = "Host-device copies"
+    severity = Severity.WARNING
+
+    def check(self, a: Analysis) -> Iterable[Finding]:
+        n = a.run.nodes.filter(pl.col("all_start_us") > 0)
+        is_copy = (pl.col("lane_kind") == "memcpy") | pl.col("op_type").str.contains(COPY_OPS) \
+            | pl.col("timeline_label").str.contains(r"(?i)MEMCPY(HtoD|DtoH|DtoD)")
+        copies = n.filter(is_copy).with_columns(
+            kind=pl.coalesce(
+                pl.col("timeline_label").str.extract(r"(?i)(MEMCPY(?:HtoD|DtoH|DtoD|PtoP))", 1),
+                pl.col("op_type").str.extract(r"(?i)((?:Host)?(?:Send|Recv))", 1),
+                pl.col("op_type")).str.to_uppercase())
+        if copies.height == 0:
+            return
+        out_bytes = (
+            a.run.outputs.group_by("worker", "step", "exec_idx")
+            .agg(bytes=pl.max_horizontal("requested_bytes", "allocated_bytes").sum()))
+        copies = copies.join(out_bytes, on=["worker", "step", "exec_idx"], how="left")
+        steps = a.step_times.height or 1
+        per_kind = (copies.group_by("kind")
+                    .agg(us=pl.col("op_end_rel_ns").sum() / 1000 / steps,
+                         count=pl.len() / steps, bytes=pl.col("bytes").fill_null(0).sum() / steps)
+                    .sort("us", descending=True))
+        us = float(per_kind["us"].sum())
+        share = a.per_step(us)
+        if share < INFO_SHARE:
+            return
+        total_bytes = float(per_kind["bytes"].sum())
+        kinds = ", ".join(f"{r['kind']} {r['us']:.0f}us" for r in per_kind.iter_rows(named=True))
+        yield self.finding(
+            f"copies and transfers take {us:.0f}us per step ({pct(share)} of the step): "
+            f"{kinds}" + (f"; {fmt_bytes(total_bytes)} per step" if total_bytes else ""),
+            severity=Severity.WARNING if share >= WARNING_SHARE else Severity.INFO,
+            where={"op": per_kind["kind"][0]},
+            evidence={"per_kind": per_kind.to_dicts(), "share": round(share, 4),
+                      "top": copies.group_by("node_name").agg(
+                          us=pl.col("op_end_rel_ns").sum() / 1000 / steps)
+                      .sort("us", descending=True).head(8).to_dicts()},
+            suggestion="Keep the step on the device: check op placement, feed through "
+                       "tf.data with prefetch to the device, fetch fewer tensors per step.",
+            impact=share,
+        )

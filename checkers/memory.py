@@ -1,0 +1,111 @@
+"""RL110 memory-peak and RL111 memory-growth."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from analyzer.render.units import fmt_bytes
+from checkers.base import Analysis, Checker, Finding, Severity, num, register
+
+MIN_GROWTH = 0.10  # residual bytes must grow by this share over the run
+MIN_STEPS = 4
+
+
+@register
+class MemoryPeak(Checker):
+    """Peak memory per device and allocator, and the largest temporary allocations.
+
+    Why: the peak decides whether a bigger batch or model fits; large temporaries
+    (workspace of convolutions, intermediate activations) are what to cut first. How to
+    fix: the listed ops are the levers: smaller intermediates, recomputation
+    (gradient checkpointing), mixed precision, smaller batch.
+    """
+
+    code = "RL110"
+    name = "memory-peak"
+    title = "Peak memory"
+    severity = Severity.INFO
+
+    def check(self, a: Analysis) -> Iterable[Finding]:
+        mem = a.run.memory.join(
+            a.run.nodes.select("worker", "step", "exec_idx", "device"),
+            on=["worker", "step", "exec_idx"])
+        if mem.height == 0 or mem["allocator_bytes_in_use"].max() in (None, 0):
+            return
+        peaks = (mem.group_by("worker", "device", "allocator_name")
+                 .agg(peak=pl.col("allocator_bytes_in_use").max(),
+                      peak_step=pl.col("step").sort_by("allocator_bytes_in_use").last())
+                 .filter(pl.col("peak") > 0)
+                 .sort("peak", descending=True))
+        temps = (a.nodes.filter(pl.col("peak_bytes") > 0)
+                 .sort(["peak_bytes", "name"], descending=[True, False]).head(5)
+                 .select("name", "op_type", "peak_bytes", "requested_bytes"))
+        top = peaks.row(0, named=True)
+        yield self.finding(
+            f"peak memory {fmt_bytes(top['peak'])} in allocator {top['allocator_name']} on "
+            f"{top['device']} (step {top['peak_step']}); largest allocator of "
+            f"{peaks.height}",
+            where={"worker": top["worker"], "device": top["device"],
+                   "step": top["peak_step"]},
+            evidence={"allocators": peaks.to_dicts(), "largest_ops": temps.to_dicts()},
+            suggestion="Shrink the largest ops' outputs and temporaries; consider mixed "
+                       "precision or gradient checkpointing if the peak limits the batch.",
+        )
+
+
+@register
+class MemoryGrowth(Checker):
+    """Residual memory (bytes still allocated after ops ran, and allocator bytes in use)
+    that grows from step to step.
+
+    Why: memory that grows every step is a leak: training will run out of memory after
+    enough steps, or slow down as the allocator fragments. Common causes: a variable or
+    queue that grows every step (tf.concat onto state, enqueue without dequeue), ops
+    added to the graph inside the loop. How to fix: find the growing node below and make
+    its state bounded.
+    """
+
+    code = "RL111"
+    name = "memory-growth"
+    title = "Memory growing across steps"
+    severity = Severity.WARNING
+
+    def check(self, a: Analysis) -> Iterable[Finding]:
+        n = a.run.nodes.filter(pl.col("lane_kind") == "device")
+        per_step = (n.group_by("worker", "step")
+                    .agg(residual=(pl.col("mem_live_bytes") + pl.col("persistent_bytes")).sum())
+                    .sort("worker", "step"))
+        for (worker,), t in per_step.group_by("worker", maintain_order=True):
+            if t.height < MIN_STEPS or t["residual"].max() in (None, 0):
+                continue
+            first, last = int(t["residual"][0]), int(t["residual"][-1])
+            rising = num((t["residual"].diff().drop_nulls() > 0).mean())
+            growth = (last - first) / first if first else float(last > 0)
+            if growth < MIN_GROWTH or rising < 0.75:
+                continue
+            nodes = (n.filter(pl.col("worker") == worker)
+                     .group_by("node_name").agg(
+                         first=(pl.col("mem_live_bytes") + pl.col("persistent_bytes"))
+                         .sort_by("step").first(),
+                         last=(pl.col("mem_live_bytes") + pl.col("persistent_bytes"))
+                         .sort_by("step").last())
+                     .with_columns(grew=pl.col("last") - pl.col("first"))
+                     .filter(pl.col("grew") > 0)
+                     .sort(["grew", "node_name"], descending=[True, False]).head(5))
+            per_step_growth = (last - first) / (t.height - 1)
+            culprit = nodes["node_name"][0] if nodes.height else None
+            yield self.finding(
+                f"residual memory on {worker} grows in {100 * rising:.0f}% of steps, "
+                f"from {fmt_bytes(first)} to {fmt_bytes(last)} over {t.height} steps "
+                f"(+{fmt_bytes(per_step_growth)} per step)"
+                + (f"; most from {culprit}" if culprit else ""),
+                where={"worker": worker, "op": culprit},
+                evidence={"per_step": t.to_dicts(), "growth": round(growth, 4),
+                          "growing_nodes": nodes.to_dicts()},
+                suggestion="Make the growing state bounded (no tf.concat onto a variable or "
+                           "enqueue without dequeue each step); check nothing adds ops "
+                           "inside the training loop.",
+                impact=0.0,
+            )

@@ -1,0 +1,66 @@
+"""RL112 small-ops-overhead."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+
+TINY_US = 10.0  # an op this short is mostly scheduling overhead
+MIN_EXECUTIONS = 300  # per step
+WARNING_SHARE = 0.5  # of the step spent in tiny ops
+
+
+@register
+class SmallOpsOverhead(Checker):
+    """Many ops per step so short that per-op overhead (scheduling, launch, allocation)
+    dominates: the count of tiny executions and the median op time.
+
+    Why: each op costs a few microseconds of executor work (and a kernel launch on GPU)
+    whatever its size; a step made of thousands of tiny ops is bound by that overhead,
+    not by math. Typical sources: Python-level loops unrolled into the graph, while
+    loops over small tensors, element-wise chains. How to fix: let XLA fuse them
+    (`tf.function(jit_compile=True)` or `TF_XLA_FLAGS=--tf_xla_auto_jit=2`), vectorize
+    loops (tf.vectorized_map, batch matmuls), or use fused ops (e.g. cuDNN RNNs).
+    """
+
+    code = "RL112"
+    name = "small-ops-overhead"
+    title = "Many tiny ops"
+    severity = Severity.INFO
+
+    def check(self, a: Analysis) -> Iterable[Finding]:
+        execs = a.run.nodes.filter(pl.col("lane_kind").is_in(["device", "other"])
+                                   & (pl.col("all_start_us") > 0))
+        if execs.height == 0:
+            return
+        us = pl.col("op_end_rel_ns") / 1000.0
+        per_step = execs.group_by("worker", "step").agg(
+            executions=pl.len(), tiny=(us < TINY_US).sum(), tiny_us=us.filter(us < TINY_US).sum(),
+            median_us=us.median())
+        n = num(per_step["executions"].mean())
+        if n < MIN_EXECUTIONS:
+            return
+        tiny = num(per_step["tiny"].mean())
+        tiny_us = num(per_step["tiny_us"].mean())
+        median = num(per_step["median_us"].median())
+        share = a.per_step(tiny_us)
+        if median >= TINY_US:
+            return
+        top = (execs.filter(us < TINY_US).group_by("op_type").agg(n=pl.len())
+               .sort(["n", "op_type"], descending=[True, False]).head(5))
+        yield self.finding(
+            f"{n:.0f} op executions per step with a median of {median:.1f}us; {tiny:.0f} of "
+            f"them are under {TINY_US:.0f}us ({pct(share)} of the step in ops that are mostly "
+            "overhead)",
+            severity=Severity.WARNING if share >= WARNING_SHARE else Severity.INFO,
+            evidence={"executions_per_step": round(n, 1), "tiny_per_step": round(tiny, 1),
+                      "median_op_us": round(median, 2), "tiny_us_per_step": round(tiny_us, 1),
+                      "tiny_op_types": {r["op_type"]: round(r["n"] / per_step.height, 1)
+                                        for r in top.iter_rows(named=True)}},
+            suggestion="Fuse them: tf.function(jit_compile=True) or XLA auto-jit; vectorize "
+                       "loops (tf.vectorized_map, batched matmuls); prefer fused ops.",
+            impact=share,
+        )
