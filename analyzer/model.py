@@ -62,6 +62,27 @@ def lane_kind_expr(lane: pl.Expr) -> pl.Expr:
     )
 
 
+def _unify_device_names(nodes: pl.DataFrame) -> pl.DataFrame:
+    """One name per device: stream and memcpy lanes often name the device without its
+    task ("/device:gpu:0/stream:all" next to "/job:localhost/.../device:gpu:0"), and old
+    traces say "/gpu:0". A short name takes the full name of the one device of that type
+    and index in the worker, when there is exactly one."""
+    short = pl.col("device").str.extract(r"((?:gpu|cpu|tpu|sycl)[a-z_]*:\d+)$", 1)
+    full = (
+        nodes.filter(pl.col("device").str.starts_with("/job:"))
+        .select("worker", "device", short=short).unique()
+        .group_by("worker", "short").agg(full=pl.col("device").first(), n=pl.len())
+        .filter(pl.col("n") == 1).drop("n")
+    )
+    return (
+        nodes.with_columns(short=short)
+        .join(full, on=["worker", "short"], how="left")
+        .with_columns(device=pl.when(pl.col("device").str.starts_with("/job:"))
+                      .then(pl.col("device")).otherwise(pl.coalesce("full", "device")))
+        .drop("short", "full")
+    )
+
+
 def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
     """Add device, lane_kind and op_type (+ op_type_source) to the executions frame.
 
@@ -77,6 +98,7 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
         device=pl.coalesce(low.str.extract(_DEVICE_PREFIX_RE, 1), low),
         lane_kind=lane_kind_expr(pl.col("lane")),
     )
+    nodes = _unify_device_names(nodes)
     ops = (
         graph_nodes.filter(pl.col("op") != "")
         .with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))

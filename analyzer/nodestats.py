@@ -4,14 +4,16 @@ Every view aggregates these. The rules (docs/tfprof-semantics.md, verified node 
 against tfprof in tests/test_parity.py):
 
 - An execution counts when all_start_micros > 0; its time is op_end_rel_micros, with 0
-  rounded up to 1us. CPU time sums the device's own lane and other non-stream lanes;
-  accelerator time sums `/stream:all`; per-stream and memcpy lanes count toward neither.
+  rounded up to 1us. CPU time sums the device's own (canonical) lane, and so does the
+  run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
+  count toward neither.
 - A node belongs to the first canonical device it runs on; executions on another
   canonical device are ignored, and memory counts only on the canonical device lane.
 - requested = sum(memory.total_bytes) + temp + persistent; peak = sum(memory.peak_bytes)
   + temp + persistent; residual = sum(memory.live_bytes) + persistent; output = sum over
   outputs of max(allocated, requested).
-- step -1: for each node, the sum over the steps it ran in, integer-divided by their count.
+- step -1: for each node and each metric on its own (micros too), the sum over the steps
+  it appeared in, integer-divided by their count.
 - float_ops = op_log float_ops x run count (static float_ops if the node never ran);
   params = product of the node's `shape` attr when fully known.
 """
@@ -50,10 +52,13 @@ def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
     us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
     on_canonical = (pl.col("lane_kind") == "device") & (pl.col("device") == pl.col("canonical"))
     mem = lambda e: e.filter(on_canonical).sum()  # noqa: E731
+    cpu_lane = pl.col("lane_kind") == "device"
+    accel_lane = pl.col("lane_kind") == "stream_all"
     per_step = n.group_by("worker", "node_name", "step").agg(
-        cpu_micros=us.filter(pl.col("lane_kind").is_in(["device", "other"])).sum(),
-        accelerator_micros=us.filter(pl.col("lane_kind") == "stream_all").sum(),
-        occurrence=pl.len(),
+        cpu_micros=us.filter(cpu_lane).sum(),
+        accelerator_micros=us.filter(accel_lane).sum(),
+        micros=us.filter(cpu_lane | accel_lane).sum(),
+        occurrence=cpu_lane.sum(),
         requested_bytes=mem(pl.col("mem_total_bytes") + pl.col("temp_bytes")
                             + pl.col("persistent_bytes")),
         peak_bytes=mem(pl.col("mem_peak_bytes") + pl.col("temp_bytes")
@@ -62,13 +67,11 @@ def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
         output_bytes=mem(pl.col("output_bytes")),
         device=pl.col("canonical").first(),
     )
-    cols = [c for c in METRICS if c != "micros"]
-    out = per_step.group_by("worker", "node_name").agg(
-        *[(pl.col(c).sum() // pl.len()).cast(pl.Int64) for c in cols],
+    return per_step.group_by("worker", "node_name").agg(
+        *[(pl.col(c).sum() // pl.len()).cast(pl.Int64) for c in METRICS],
         device=pl.col("device").first(),
         steps_run=pl.len(),
     )
-    return out.with_columns(micros=pl.col("cpu_micros") + pl.col("accelerator_micros"))
 
 
 def _params(shape: pl.Expr) -> pl.Expr:

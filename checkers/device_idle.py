@@ -12,12 +12,14 @@ from checkers.intervals import gaps, merged_busy
 IDLE_INFO = 0.25
 IDLE_WARNING = 0.5
 MIN_GAP_US = 100.0
+MIN_OPS_PER_STEP = 10  # a lane with fewer ops is a host lane that only launches work
 
 
 @register
 class DeviceIdle(Checker):
-    """Idle gaps on a device's op lanes inside the step span: time when nothing runs on
-    the device although the step is not over.
+    """Idle gaps on a CPU device's op lanes inside the step span: time when no op runs
+    on the device although the step is not over. (Accelerator kernel lanes are the
+    accelerator-utilization checker's.)
 
     Why: gaps are time the step could be shorter; on CPU they show the executor waiting
     (on Python, on a queue, on another device), on GPU the host not feeding the device.
@@ -31,8 +33,12 @@ class DeviceIdle(Checker):
     severity = Severity.INFO
 
     def check(self, a: Analysis) -> Iterable[Finding]:
-        n = a.run.nodes.filter((pl.col("all_start_us") > 0)
-                               & pl.col("lane_kind").is_in(["device", "stream_all"]))
+        n = a.run.nodes.filter((pl.col("all_start_us") > 0) & (pl.col("lane_kind") == "device")
+                               & pl.col("device").str.contains("cpu"))
+        busy_lanes = (n.group_by("worker", "device", "step").len()
+                      .group_by("worker", "device").agg(ops=pl.col("len").mean())
+                      .filter(pl.col("ops") >= MIN_OPS_PER_STEP))
+        n = n.join(busy_lanes.select("worker", "device"), on=["worker", "device"], how="semi")
         if n.height == 0:
             return
         iv = n.select("worker", "device", "lane_kind", "step", "node_name", "start_ns",
@@ -52,13 +58,12 @@ class DeviceIdle(Checker):
             share = r["idle_ns"] / r["span_ns"] if r["span_ns"] else 0.0
             if share < IDLE_INFO:
                 continue
-            lane = "kernels" if r["lane_kind"] == "stream_all" else "ops"
             top = (holes.filter((pl.col("worker") == r["worker"])
                                 & (pl.col("device") == r["device"])
                                 & (pl.col("lane_kind") == r["lane_kind"]))
                    .sort("gap_ns", descending=True).head(5))
             yield self.finding(
-                f"{r['device']} has no {lane} running for {pct(share)} of the step "
+                f"{r['device']} has no ops running for {pct(share)} of the step "
                 f"({r['idle_ns'] / r['steps'] / 1000:.0f}us per step)",
                 severity=Severity.WARNING if share >= IDLE_WARNING else Severity.INFO,
                 where={"worker": r["worker"], "device": r["device"]},

@@ -14,10 +14,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "runs"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "steps").is_dir())
+# Captured by our hook from TensorFlow (graph.pb, op_log.pb, >= 5 steps); the others are
+# real GPU traces converted from tf.timeline (fixtures/from_timeline.py): steps only.
+CAPTURED = [n for n in FIXTURE_NAMES if (FIXTURES / n / "graph.pb").is_file()]
 
 
 @pytest.fixture(params=FIXTURE_NAMES)
 def fixture_dir(request) -> Path:
+    return FIXTURES / request.param
+
+
+@pytest.fixture(params=CAPTURED)
+def captured_dir(request) -> Path:
     return FIXTURES / request.param
 
 

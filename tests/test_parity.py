@@ -137,7 +137,11 @@ def _check_code(run_dir: Path, run: Run, kw: dict) -> None:
     _assert_same(joined, what, METRICS)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir()))
+WITH_GRAPH = sorted(p.name for p in FIXTURES.iterdir() if (p / "graph.pb").is_file())
+WITHOUT_GRAPH = sorted(p.name for p in FIXTURES.iterdir() if not (p / "graph.pb").is_file())
+
+
+@pytest.mark.parametrize("name", WITH_GRAPH)
 def test_views_equal_tfprof(name):
     run_dir = FIXTURES / name
     run = _without_source(load_run(run_dir, use_cache=False))
@@ -148,6 +152,37 @@ def test_views_equal_tfprof(name):
         _check_ops(run_dir, run, kw)
     for kw in CODE_OPTION_SETS:
         _check_code(run_dir, run, kw)
+
+
+@pytest.mark.parametrize("name", WITHOUT_GRAPH)
+def test_gpu_lanes_equal_tfprof(name):
+    """Real GPU traces (no graph.pb): tfprof on an empty graph sees every node as a
+    runtime-only node. Per node, time on the op lane (cpu), on /stream:all (accelerator),
+    per-stream and memcpy lanes (neither) and run counts must be tfprof's."""
+    assert WITHOUT_GRAPH, "the GPU fixtures are missing"
+    run_dir = FIXTURES / name
+    root = oracle.profiler(run_dir, graph=False).profile_name_scope(oracle.options())
+    rows = []
+
+    def walk(n):
+        if n.name != "_TFProfRoot":
+            rows.append({"name": n.name, "t_micros": n.exec_micros,
+                         "t_cpu_micros": n.cpu_exec_micros,
+                         "t_accelerator_micros": n.accelerator_exec_micros,
+                         "t_occurrence": n.run_count})
+        for c in n.children:
+            walk(c)
+
+    walk(root)
+    theirs = pl.DataFrame(rows)  # nodes and scope parents (which have no numbers)
+    run = _without_source(load_run(run_dir, use_cache=False))
+    ours = node_stats(run).filter(~pl.col("name").str.contains("MEMCPY"))
+    assert ours["accelerator_micros"].sum() > 0
+    assert set(ours["name"].to_list()) <= set(theirs["name"].to_list())
+    only_theirs = theirs.join(ours, on="name", how="anti")
+    assert (only_theirs["t_micros"] == 0).all() and (only_theirs["t_occurrence"] == 0).all()
+    _assert_same(ours.join(theirs, on="name"), name,
+                 ["micros", "cpu_micros", "accelerator_micros", "occurrence"])
 
 
 # ----------------------------------------------------------------------------- on purpose

@@ -444,5 +444,6 @@ def test_every_fixture_file_round_trips_through_our_schema(fixture_dir):
     files.append((fixture_dir / "graph.pb", graph_pb2.GraphDef, tf_graph_pb2.GraphDef))
     files.append((fixture_dir / "op_log.pb", tfprof_log_pb2.OpLogProto,
                   tf_tfprof_log_pb2.OpLogProto))
+    files = [f for f in files if f[0].is_file()]  # converted GPU traces have steps only
     for path, ours, theirs in files:
         assert_round_trip(path.read_bytes(), ours, theirs)

@@ -12,18 +12,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-_current: dict[Path, Any] = {}
+_current: dict[tuple[Path, bool], Any] = {}
 
 
-def profiler(run_dir: Path) -> Any:
+def profiler(run_dir: Path, graph: bool = True) -> Any:
     """The Profiler of `run_dir`. tfprof allows one live Profiler per process (a second one
-    aborts in add_step), so only the last one is kept."""
-    if run_dir in _current:
-        return _current[run_dir]
+    aborts in add_step), so only the last one is kept. graph=False profiles against an
+    empty graph (for run dirs without graph.pb, e.g. converted tf.timeline traces)."""
+    key = (run_dir, graph)
+    if key in _current:
+        return _current[key]
     _current.clear()
     gc.collect()
-    _current[run_dir] = _build(run_dir)
-    return _current[run_dir]
+    _current[key] = _build(run_dir, graph)
+    return _current[key]
 
 
 @contextlib.contextmanager
@@ -51,16 +53,18 @@ def _saved_code_traces() -> Iterator[None]:
         model_analyzer.tfprof_logger.merge_default_with_oplog = original
 
 
-def _build(run_dir: Path) -> Any:
+def _build(run_dir: Path, with_graph: bool = True) -> Any:
     import tensorflow as tf
     from tensorflow.core.profiler import tfprof_log_pb2
     from tensorflow.core.protobuf import config_pb2
 
     graph = tf.Graph()
-    with graph.as_default():
-        graph_def = tf.compat.v1.GraphDef.FromString((run_dir / "graph.pb").read_bytes())
-        tf.import_graph_def(graph_def, name="")
-    op_log = tfprof_log_pb2.OpLogProto.FromString((run_dir / "op_log.pb").read_bytes())
+    op_log = None
+    if with_graph:
+        with graph.as_default():
+            graph_def = tf.compat.v1.GraphDef.FromString((run_dir / "graph.pb").read_bytes())
+            tf.import_graph_def(graph_def, name="")
+        op_log = tfprof_log_pb2.OpLogProto.FromString((run_dir / "op_log.pb").read_bytes())
     with _saved_code_traces():
         prof = tf.compat.v1.profiler.Profiler(graph=graph, op_log=op_log)
         for path in sorted((run_dir / "steps").glob("step-*.pb")):
