@@ -124,4 +124,4 @@ def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
     ).select(
         "worker", "name", "op_type", "types", "device", *METRICS, "params", "float_ops",
         "executed",
-    )
+    ).sort("worker", "name")

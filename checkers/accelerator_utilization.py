@@ -20,9 +20,9 @@ class AcceleratorUtilization(Checker):
 
     Why: an idle GPU is paid for and wasted; low utilization means the device waits for
     the host (input, Python, kernel launches, copies). What tfprof's
-    AcceleratorUtilizationChecker meant, over every step instead of the last. How to
-    fix: see the gaps' neighbours; typical fixes are input prefetching, larger batches,
-    fewer host-device syncs, XLA to cut launches.
+    AcceleratorUtilizationChecker meant, over every step instead of the last.
+    How to fix: see the gaps' neighbours; typical fixes are input prefetching, larger
+    batches, fewer host-device syncs, XLA to cut launches.
     """
 
     code = "RL102"
@@ -53,7 +53,8 @@ class AcceleratorUtilization(Checker):
                 continue
             top = (holes.filter((pl.col("worker") == r["worker"])
                                 & (pl.col("device") == r["device"]))
-                   .sort("gap_ns", descending=True).head(5))
+                   .sort(["gap_ns", "step", "gap_start_ns"], descending=[True, False, False])
+                   .head(5))
             yield self.finding(
                 f"{r['device']} runs kernels {pct(share)} of the time over {r['steps']} "
                 f"step(s); it is idle {pct(1 - share)} of the step",
@@ -72,7 +73,7 @@ def _gap(g: dict, iv: pl.DataFrame) -> dict:
     """A gap with the kernels right before and after it."""
     same = iv.filter((pl.col("worker") == g["worker"]) & (pl.col("device") == g["device"])
                      & (pl.col("step") == g["step"]))
-    before = same.filter(pl.col("end_ns") <= g["gap_start_ns"]).sort("end_ns").tail(1)
+    before = same.filter(pl.col("end_ns") <= g["gap_start_ns"]).sort("end_ns", "node_name").tail(1)
     after = same.filter(pl.col("start_ns") >= g["gap_start_ns"] + g["gap_ns"]).sort(
         "start_ns").head(1)
     return {"step": g["step"], "gap_us": g["gap_ns"] / 1000,

@@ -61,7 +61,8 @@ class DeviceIdle(Checker):
             top = (holes.filter((pl.col("worker") == r["worker"])
                                 & (pl.col("device") == r["device"])
                                 & (pl.col("lane_kind") == r["lane_kind"]))
-                   .sort("gap_ns", descending=True).head(5))
+                   .sort(["gap_ns", "step", "gap_start_ns"], descending=[True, False, False])
+                   .head(5))
             yield self.finding(
                 f"{r['device']} has no ops running for {pct(share)} of the step "
                 f"({r['idle_ns'] / r['steps'] / 1000:.0f}us per step)",

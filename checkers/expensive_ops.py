@@ -9,11 +9,13 @@ import polars as pl
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 5
+DOMINANT = 0.20  # report when one op type takes at least this share of op time
 
 
 @register
 class ExpensiveOps(Checker):
-    """Where the step's time goes: the top op types, name scopes and Python code lines.
+    """Where the step's time goes, when an op type dominates (at least 20% of op time):
+    the top op types, name scopes and Python code lines.
 
     Why: optimization starts with the few things that take most of the time. Scopes are
     ranked by total time (everything under them), not by their own time, so a layer's
@@ -34,6 +36,8 @@ class ExpensiveOps(Checker):
         op_types = (nodes.group_by("op_type").agg(pl.col("micros").sum(), nodes=pl.len())
                     .sort(["micros", "op_type"], descending=[True, False]).head(TOP))
         top = op_types.row(0, named=True)
+        if top["micros"] < DOMINANT * total_us:
+            return  # time is spread over many op types: nothing stands out
         yield self.finding(
             f"{top['op_type']} takes {pct(top['micros'] / total_us)} of op time "
             f"({top['micros']:.0f}us per step over {top['nodes']} nodes)",

@@ -48,7 +48,8 @@ class Float64Ops(Checker):
         if doubles.height == 0:
             return
         total = float(nodes["micros"].sum()) or 1.0
-        for device, group in doubles.group_by("device", maintain_order=True):
+        for device, group in doubles.sort("device", "name").group_by("device",
+                                                                    maintain_order=True):
             dev = str(device[0])
             us = float(group["micros"].sum())
             share = us / total
@@ -56,7 +57,7 @@ class Float64Ops(Checker):
             if not accel and share < CPU_INFO_SHARE:
                 continue
             severity = Severity.WARNING if accel or share >= CPU_WARNING_SHARE else Severity.INFO
-            top = group.sort("micros", descending=True).head(8)
+            top = group.sort(["micros", "name"], descending=[True, False]).head(8)
             yield self.finding(
                 f"{group.height} float64 ops on {dev} take {pct(share)} of op time "
                 f"({us:.0f}us per step)",

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from analyzer.render.units import fmt_bytes
-from checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"
 INFO_SHARE = 0.02
@@ -40,6 +40,7 @@ class HostDeviceCopies(Checker):
             kind=pl.coalesce(
                 pl.col("timeline_label").str.extract(r"(?i)(MEMCPY(?:HtoD|DtoH|DtoD|PtoP))", 1),
                 pl.col("op_type").str.extract(r"(?i)((?:Host)?(?:Send|Recv))", 1),
+                pl.when(pl.col("lane_kind") == "memcpy").then(pl.lit("MEMCPY")),
                 pl.col("op_type")).str.to_uppercase())
         if copies.height == 0:
             return
@@ -51,22 +52,27 @@ class HostDeviceCopies(Checker):
         per_kind = (copies.group_by("kind")
                     .agg(us=pl.col("op_end_rel_ns").sum() / 1000 / steps,
                          count=pl.len() / steps, bytes=pl.col("bytes").fill_null(0).sum() / steps)
-                    .sort("us", descending=True))
+                    .sort(["us", "kind"], descending=[True, False]))
         us = float(per_kind["us"].sum())
-        share = a.per_step(us)
+        # Share per step, then the median over steps: robust to a warm-up or straggler step.
+        share = num(
+            copies.group_by("worker", "step").agg(ns=pl.col("op_end_rel_ns").sum())
+            .join(a.step_times, on=["worker", "step"], how="right")
+            .select((pl.col("ns").fill_null(0) / pl.col("duration_ns")).median()).item())
         if share < INFO_SHARE:
             return
         total_bytes = float(per_kind["bytes"].sum())
         kinds = ", ".join(f"{r['kind']} {r['us']:.0f}us" for r in per_kind.iter_rows(named=True))
         yield self.finding(
-            f"copies and transfers take {us:.0f}us per step ({pct(share)} of the step): "
+            f"copies and transfers take {us:.0f}us per step ({pct(share)} of a median step): "
             f"{kinds}" + (f"; {fmt_bytes(total_bytes)} per step" if total_bytes else ""),
             severity=Severity.WARNING if share >= WARNING_SHARE else Severity.INFO,
             where={"op": per_kind["kind"][0]},
             evidence={"per_kind": per_kind.to_dicts(), "share": round(share, 4),
                       "top": copies.group_by("node_name").agg(
                           us=pl.col("op_end_rel_ns").sum() / 1000 / steps)
-                      .sort("us", descending=True).head(8).to_dicts()},
+                      .sort(["us", "node_name"], descending=[True, False]).head(8)
+                      .to_dicts()},
             suggestion="Keep the step on the device: check op placement, feed through "
                        "tf.data with prefetch to the device, fetch fewer tensors per step.",
             impact=share,

@@ -18,8 +18,8 @@ class MemoryPeak(Checker):
     """Peak memory per device and allocator, and the largest temporary allocations.
 
     Why: the peak decides whether a bigger batch or model fits; large temporaries
-    (workspace of convolutions, intermediate activations) are what to cut first. How to
-    fix: the listed ops are the levers: smaller intermediates, recomputation
+    (workspace of convolutions, intermediate activations) are what to cut first.
+    How to fix: the listed ops are the levers: smaller intermediates, recomputation
     (gradient checkpointing), mixed precision, smaller batch.
     """
 
@@ -38,7 +38,8 @@ class MemoryPeak(Checker):
                  .agg(peak=pl.col("allocator_bytes_in_use").max(),
                       peak_step=pl.col("step").sort_by("allocator_bytes_in_use").last())
                  .filter(pl.col("peak") > 0)
-                 .sort("peak", descending=True))
+                 .sort(["peak", "worker", "device", "allocator_name"],
+                       descending=[True, False, False, False]))
         temps = (a.nodes.filter(pl.col("peak_bytes") > 0)
                  .sort(["peak_bytes", "name"], descending=[True, False]).head(5)
                  .select("name", "op_type", "peak_bytes", "requested_bytes"))

@@ -46,8 +46,9 @@ class NhwcOnGpu(Checker):
                 f"{nhwc.height} convolution/pooling ops run on GPU in NHWC layout "
                 f"({us:.0f}us per step, {pct(a.per_step(us))} of the step)",
                 where={"device": nhwc["device"][0], "op": nhwc["op_type"][0]},
-                evidence={"ops": nhwc.sort("micros", descending=True).head(10).select(
-                    "name", "op_type", "data_format", "micros").to_dicts()},
+                evidence={"ops": nhwc.sort(["micros", "name"], descending=[True, False])
+                          .head(10).select("name", "op_type", "data_format", "micros")
+                          .to_dicts()},
                 suggestion='Use data_format="NCHW" (channels_first) for GPU convolutions.',
                 impact=a.per_step(us),
             )

@@ -48,7 +48,7 @@ class StepTimeVariance(Checker):
             t = t.with_columns(z=modified_z(pl.col("us")))
             median = num(t["us"].median())
             slow = t.filter((pl.col("z") > Z_OUTLIER) & (pl.col("us") >= MIN_RATIO * median)
-                            ).sort("us", descending=True)
+                            ).sort(["us", "step"], descending=[True, False])
             cv = num(t["us"].std()) / (num(t["us"].mean()) or 1.0)
             if slow.height:
                 lost = float((slow["us"] - median).sum())
@@ -82,11 +82,13 @@ class StepTimeVariance(Checker):
         yield from self._workers(a, times)
 
     def _workers(self, a: Analysis, times: pl.DataFrame) -> Iterable[Finding]:
-        per_worker = times.group_by("worker").agg(median_us=pl.col("us").median())
+        per_worker = times.group_by("worker").agg(median_us=pl.col("us").median()).sort(
+            "worker")
         if per_worker.height < 3:
             return
         per_worker = per_worker.with_columns(z=modified_z(pl.col("median_us")))
-        slow = per_worker.filter(pl.col("z") > Z_OUTLIER).sort("median_us", descending=True)
+        slow = per_worker.filter(pl.col("z") > Z_OUTLIER).sort(["median_us", "worker"],
+                                                                 descending=[True, False])
         overall = num(per_worker["median_us"].median())
         for r in slow.iter_rows(named=True):
             yield self.finding(

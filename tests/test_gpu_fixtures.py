@@ -1,7 +1,8 @@
 """The GPU fixtures converted from public tf.timeline traces (fixtures/from_timeline.py).
 
 No TensorFlow needed. The source JSON files are not in the repo; the tests that re-read them
-look in $RUNLENS_GPU_TIMELINES (default ../shared/data/gpu-timelines beside the repository) and skip without it.
+look in $RUNLENS_GPU_TIMELINES (default: shared/data/gpu-timelines beside the repository,
+where CI has it) and skip without it.
 """
 
 from __future__ import annotations
