@@ -310,5 +310,116 @@ _view_command("graph", """Time and memory by graph node (one row per node, with 
     With --critical-path: the chain of dependent ops that ends the step last.""")
 
 
+def _samples(path: str, no_cache: bool, scope_depth: int) -> Any:
+    """A run dir or a baseline file, as per-step samples."""
+    from pathlib import Path
+
+    from analyzer.compare import is_baseline_file, load_baseline, samples_from_run
+
+    if is_baseline_file(Path(path)):
+        return load_baseline(Path(path))
+    return samples_from_run(load(path, no_cache), path, scope_depth=scope_depth)
+
+
+def _emit(text: str, output: str | None) -> None:
+    """Print, or write atomically to --output."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+
+    from analyzer.errors import RunlensError
+    from analyzer.rundir import atomic_write
+
+    target = Path(output)
+    if not target.parent.is_dir():
+        raise RunlensError(f"{output}: directory {target.parent} does not exist")
+    atomic_write(target, text.encode())
+
+
+@main.command()
+@click.argument("base", metavar="BASE", type=click.Path())
+@click.argument("new", metavar="NEW", type=click.Path())
+@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
+                                  "noise) that counts as a regression.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.01, show_default=True,
+              help="Significance level of the Mann-Whitney U test (Holm-corrected over all "
+                   "compared metrics).")
+@click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
+              show_default=True, help="Compare step time, op types, name scopes, or all.")
+@click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Compare name scopes down to this depth.")
+@click.option("--no-normalize", is_flag=True,
+              help="Do not divide out the machine-wide factor (use on dedicated machines).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit"]),
+              default="text", show_default=True, help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@no_cache_option
+@handle_errors
+def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_depth: int,
+            no_normalize: bool, fmt: str, output: str | None, no_cache: bool) -> None:
+    """Compare NEW against BASE and fail (exit 1) on a regression.
+
+    BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
+    a baseline file. Per-step samples of step time, op types and name scopes are compared
+    with a one-sided Mann-Whitney U test; a regression must be significant and larger than
+    --threshold after dividing out a machine-wide factor (every op slower by a similar
+    factor is machine noise, not a regression). Exit 0: no regression; 1: regression;
+    2: bad input.
+
+    \b
+    Examples:
+      analyze compare fixtures/compare/base_a fixtures/compare/slow_dense2
+      analyze compare baseline.json runs/new --format junit -o runlens.xml
+    """
+    from analyzer.compare import compare as run_compare
+    from analyzer.render.compare import RENDERERS
+
+    result = run_compare(_samples(base, no_cache, scope_depth),
+                         _samples(new, no_cache, scope_depth), threshold_pct=threshold,
+                         alpha=alpha, by=by, normalize=not no_normalize)
+    for warning in result.warnings:
+        click.echo(f"analyze: warning: {warning}", err=True)
+    _emit(RENDERERS[fmt](result), output)
+    if result.regressions.height:
+        sys.exit(EXIT_FAILED)
+
+
+@main.group()
+def baseline() -> None:
+    """Keep a small summary of a run for later comparisons (CI keeps it, not run dirs)."""
+
+
+@baseline.command("save")
+@run_dir_argument
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="The baseline file to write (JSON).")
+@click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Keep name scopes down to this depth.")
+@no_cache_option
+@handle_errors
+def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -> None:
+    """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.
+
+    `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
+    """
+    from pathlib import Path
+
+    from analyzer.compare import samples_from_run, save_baseline
+    from analyzer.errors import RunlensError
+
+    target = Path(output)
+    if not target.parent.is_dir():
+        raise RunlensError(f"{output}: directory {target.parent} does not exist")
+    samples = samples_from_run(load(run_dir, no_cache), run_dir, scope_depth=scope_depth)
+    save_baseline(samples, target)
+    click.echo(f"baseline: {samples.n_samples} steps, "
+               f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output} "
+               f"({target.stat().st_size:,} bytes)", err=True)
+
+
 if __name__ == "__main__":
     main()
