@@ -110,3 +110,9 @@ def test_advise_list_describes_every_checker():
 def test_unknown_checker_is_a_usage_error():
     out = run_cli(["advise", FIXTURES / "mlp", "--select", "nope"], expect_exit=2).output
     assert "unknown checker 'nope'" in out
+
+
+def test_docs_list_every_checker_as_the_command_does():
+    """docs/advisor.md carries `analyze advise --list` verbatim; regenerate it on change."""
+    doc = (FIXTURES.parents[1] / "docs" / "advisor.md").read_text()
+    assert run_cli(["advise", "--list"]).output.strip() in doc
