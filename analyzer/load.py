@@ -12,7 +12,9 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -54,25 +56,37 @@ def _ingest_one(path: Path, step: int, size: int | None
     return frames, new, None
 
 
-def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None):
+def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[Any]:
     sizes = _manifest_sizes(run)
-    items = list(run.steps.items())
-    total_bytes = sum(p.stat().st_size for _, p in items)
-    results = []
+    items = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
+    total_bytes = sum(p.stat().st_size for p, _, _ in items)
     if jobs > 1 and len(items) > 1 and total_bytes >= PARALLEL_MIN_BYTES:
+        results = _ingest_in_processes(items, jobs, progress)
+        if results is not None:
+            return results
+    results = []
+    for i, item in enumerate(items):
+        results.append(_ingest_one(*item))
+        if progress:
+            progress(i + 1, len(items))
+    _seen_graphs.clear()
+    return results
+
+
+def _ingest_in_processes(items: list[tuple[Path, int, int | None]], jobs: int,
+                         progress: Progress | None) -> list[Any] | None:
+    """Step files in a pool of processes; None when no pool can run here (go serial)."""
+    results = []
+    try:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
-            futures = [pool.submit(_ingest_one, p, s, sizes.get(s)) for s, p in items]
+            futures = [pool.submit(_ingest_one, *item) for item in items]
             for i, fut in enumerate(futures):
                 results.append(fut.result())
                 if progress:
                     progress(i + 1, len(items))
-    else:
-        for i, (s, p) in enumerate(items):
-            results.append(_ingest_one(p, s, sizes.get(s)))
-            if progress:
-                progress(i + 1, len(items))
-    _seen_graphs.clear()
+    except (BrokenProcessPool, OSError):
+        return None
     return results
 
 

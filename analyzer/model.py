@@ -88,17 +88,17 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
 
     Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
     the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
+    Regexes run on the distinct lanes, names and labels (they repeat every step), then join.
     """
-    low = pl.col("lane").str.to_lowercase()
-    nodes = nodes.with_columns(
-        # GPU stream records name "node:kernel"; the graph node is the part before ':'.
-        stat_name=pl.col("node_name"),
-        node_name=pl.col("node_name").str.split(":").list.first(),
-    ).with_columns(
-        device=pl.coalesce(low.str.extract(_DEVICE_PREFIX_RE, 1), low),
+    lanes = nodes.select("worker", "lane").unique().with_columns(
+        device=pl.coalesce(pl.col("lane").str.to_lowercase().str.extract(_DEVICE_PREFIX_RE, 1),
+                           pl.col("lane").str.to_lowercase()),
         lane_kind=lane_kind_expr(pl.col("lane")),
     )
-    nodes = _unify_device_names(nodes)
+    lanes = _unify_device_names(lanes)
+    # GPU stream records name "node:kernel"; the graph node is the part before ':'.
+    names = nodes.select(stat_name="node_name").unique().with_columns(
+        node_name=pl.col("stat_name").str.split(":").list.first())
     ops = (
         graph_nodes.filter(pl.col("op") != "")
         .with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))
@@ -106,11 +106,18 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
         .select("worker", pl.col("name").alias("node_name"), pl.col("op").alias("graph_op"))
     )
-    nodes = nodes.join(ops, on=["worker", "node_name"], how="left")
-    label_op = pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1)
+    labels = nodes.select("timeline_label").unique().with_columns(
+        label_op=pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1))
+    nodes = (
+        nodes.rename({"node_name": "stat_name"})
+        .join(names, on="stat_name", how="left")
+        .join(lanes, on=["worker", "lane"], how="left")
+        .join(ops, on=["worker", "node_name"], how="left")
+        .join(labels, on="timeline_label", how="left", nulls_equal=True)
+    )
     return nodes.with_columns(
-        op_type=pl.coalesce(pl.col("graph_op"), label_op, pl.lit("unknown")),
+        op_type=pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown")),
         op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
-        .when(label_op.is_not_null()).then(pl.lit("timeline_label"))
+        .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
         .otherwise(pl.lit("unknown")),
-    ).drop("graph_op")
+    ).drop("graph_op", "label_op")
