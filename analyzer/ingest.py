@@ -226,112 +226,114 @@ def ingest_step_file(path: Path, step: int, expected_size: int | None = None) ->
     return ingest_step_bytes(raw, step, str(path))
 
 
+_NODE_ROW = [  # the order of the tuple _walk_step_stats builds per NodeExecStats
+    "lane", "node_name", "timeline_label", "all_start_us", "op_start_rel_us", "op_end_rel_us",
+    "all_end_rel_us", "scheduled_us", "start_ns", "op_start_rel_ns", "op_end_rel_ns",
+    "all_end_rel_ns", "scheduled_ns", "thread_id", "mem_total_bytes", "mem_peak_bytes",
+    "mem_live_bytes", "allocator_bytes_in_use", "temp_bytes", "persistent_bytes",
+    "output_bytes",
+]
+_OUTPUT_ROW = ["exec_idx", "slot", "dtype", "shape", "requested_bytes", "allocated_bytes",
+               "allocation_id", "allocator_name", "ptr"]
+_MEMORY_ROW = ["exec_idx", "allocator_name", "total_bytes", "peak_bytes", "live_bytes",
+               "allocator_bytes_in_use"]
+_ALLOC_ROW = ["exec_idx", "allocator_name", "alloc_us", "alloc_bytes"]
+_shape_strings: dict[bytes, str] = {}  # serialized TensorShapeProto -> "d0,d1,..."
+
+
+def _rows_frame(rows: list[tuple], names: list[str], schema: Schema, step: int,
+                overrides: Schema | None = None, index: bool = False) -> pl.DataFrame:
+    """Rows of tuples -> a frame with `schema` (columns transposed by zip, in C).
+
+    index=True numbers the rows as `exec_idx` (the executions frame)."""
+    types = {**schema, **(overrides or {})}
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+    frame = pl.DataFrame({n: pl.Series(n, c, dtype=types[n]) for n, c in zip(names, columns,
+                                                                              strict=True)})
+    frame = frame.with_columns(step=pl.lit(step, pl.Int64))
+    if index:
+        frame = frame.with_columns(exec_idx=pl.int_range(pl.len(), dtype=pl.UInt32))
+    return frame.select(list(schema))
+
+
 def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
-    n: dict[str, list] = {k: [] for k in NODE_SCHEMA}
-    o: dict[str, list] = {k: [] for k in OUTPUT_SCHEMA}
-    m: dict[str, list] = {k: [] for k in MEMORY_SCHEMA}
-    a: dict[str, list] = {k: [] for k in ALLOCATION_SCHEMA}
-    t: dict[str, list] = {k: [] for k in THREAD_SCHEMA}
-    (n_lane, n_name, n_label, n_start_us, n_ops_us, n_ope_us, n_alle_us, n_sched_us, n_start_ns,
-     n_ops_ns, n_ope_ns, n_alle_ns, n_sched_ns, n_tid, n_total, n_peak, n_live, n_inuse,
-     n_temp, n_persist, n_out) = (
-        n["lane"], n["node_name"], n["timeline_label"], n["all_start_us"],
-        n["op_start_rel_us"], n["op_end_rel_us"], n["all_end_rel_us"], n["scheduled_us"],
-        n["start_ns"], n["op_start_rel_ns"], n["op_end_rel_ns"], n["all_end_rel_ns"],
-        n["scheduled_ns"], n["thread_id"], n["mem_total_bytes"], n["mem_peak_bytes"],
-        n["mem_live_bytes"], n["allocator_bytes_in_use"], n["temp_bytes"],
-        n["persistent_bytes"], n["output_bytes"],
-    )
+    """One pass over the NodeExecStats: one tuple per execution, output, allocator record.
+
+    Per-node work is kept to attribute reads and one append (this loop is the ingest's hot
+    spot); empty sub-messages are skipped with HasField, shapes are cached by their bytes.
+    """
+    node_rows: list[tuple] = []
+    out_rows: list[tuple] = []
+    mem_rows: list[tuple] = []
+    alloc_rows: list[tuple] = []
+    thread_rows: list[tuple] = []
+    shapes = _shape_strings
     idx = 0
     for dev in stats.dev_stats:
         lane = dev.device
         for tid, tname in dev.thread_names.items():
-            t["lane"].append(lane)
-            t["thread_id"].append(tid)
-            t["name"].append(tname)
+            thread_rows.append((lane, tid, tname))
         for ns in dev.node_stats:
-            start_us = ns.all_start_micros
-            start_ns = ns.all_start_nanos
-            n_lane.append(lane)
-            n_name.append(ns.node_name)
-            n_label.append(ns.timeline_label)
-            n_start_us.append(start_us)
-            n_ops_us.append(ns.op_start_rel_micros)
-            n_ope_us.append(ns.op_end_rel_micros)
-            n_alle_us.append(ns.all_end_rel_micros)
-            n_sched_us.append(ns.scheduled_micros)
-            if start_ns:
-                n_start_ns.append(start_ns)
-                n_ops_ns.append(ns.op_start_rel_nanos)
-                n_ope_ns.append(ns.op_end_rel_nanos)
-                n_alle_ns.append(ns.all_end_rel_nanos)
-                n_sched_ns.append(ns.scheduled_nanos)
-            else:  # traces from before nanosecond fields existed
-                n_start_ns.append(start_us * 1000)
-                n_ops_ns.append(ns.op_start_rel_micros * 1000)
-                n_ope_ns.append(ns.op_end_rel_micros * 1000)
-                n_alle_ns.append(ns.all_end_rel_micros * 1000)
-                n_sched_ns.append(ns.scheduled_micros * 1000)
-            n_tid.append(ns.thread_id)
-            total = peak = live = inuse = 0
-            for mem in ns.memory:
-                name = mem.allocator_name
-                total += mem.total_bytes
-                peak += mem.peak_bytes
-                live += mem.live_bytes
-                inuse = max(inuse, mem.allocator_bytes_in_use)
-                m["exec_idx"].append(idx)
-                m["allocator_name"].append(name)
-                m["total_bytes"].append(mem.total_bytes)
-                m["peak_bytes"].append(mem.peak_bytes)
-                m["live_bytes"].append(mem.live_bytes)
-                m["allocator_bytes_in_use"].append(mem.allocator_bytes_in_use)
-                for rec in mem.allocation_records:
-                    a["exec_idx"].append(idx)
-                    a["allocator_name"].append(name)
-                    a["alloc_us"].append(rec.alloc_micros)
-                    a["alloc_bytes"].append(rec.alloc_bytes)
-            n_total.append(total)
-            n_peak.append(peak)
-            n_live.append(live)
-            n_inuse.append(inuse)
-            ms = ns.memory_stats
-            n_temp.append(ms.temp_memory_size)
-            n_persist.append(ms.persistent_memory_size)
-            out_bytes = 0
+            total = peak = live = inuse = temp = persist = out_bytes = 0
+            if ns.memory:
+                for mem in ns.memory:
+                    name = mem.allocator_name
+                    total += mem.total_bytes
+                    peak += mem.peak_bytes
+                    live += mem.live_bytes
+                    used = mem.allocator_bytes_in_use
+                    inuse = max(inuse, used)
+                    mem_rows.append((idx, name, mem.total_bytes, mem.peak_bytes,
+                                     mem.live_bytes, used))
+                    for rec in mem.allocation_records:
+                        alloc_rows.append((idx, name, rec.alloc_micros, rec.alloc_bytes))
+            if ns.HasField("memory_stats"):
+                ms = ns.memory_stats
+                temp, persist = ms.temp_memory_size, ms.persistent_memory_size
             for out in ns.output:
                 td = out.tensor_description
                 ad = td.allocation_description
                 req, alloc = ad.requested_bytes, ad.allocated_bytes
                 if td.HasField("allocation_description"):
                     out_bytes += req if req > alloc else alloc
-                o["exec_idx"].append(idx)
-                o["slot"].append(out.slot)
-                o["dtype"].append(_DTYPE_NAMES.get(td.dtype, str(td.dtype)))
-                # A string now, a list column below: building List series from Python
-                # lists is ~40x slower than one vectorized split.
-                o["shape"].append(",".join([str(d.size) for d in td.shape.dim]))
-                o["requested_bytes"].append(req)
-                o["allocated_bytes"].append(alloc)
-                o["allocation_id"].append(ad.allocation_id)
-                o["allocator_name"].append(ad.allocator_name)
-                o["ptr"].append(ad.ptr)
-            n_out.append(out_bytes)
+                key = td.shape.SerializeToString()
+                shape = shapes.get(key)
+                if shape is None:
+                    shape = shapes[key] = ",".join([str(d.size) for d in td.shape.dim])
+                out_rows.append((idx, out.slot, td.dtype, shape, req, alloc,
+                                 ad.allocation_id, ad.allocator_name, ad.ptr))
+            node_rows.append((
+                lane, ns.node_name, ns.timeline_label, ns.all_start_micros,
+                ns.op_start_rel_micros, ns.op_end_rel_micros, ns.all_end_rel_micros,
+                ns.scheduled_micros, ns.all_start_nanos, ns.op_start_rel_nanos,
+                ns.op_end_rel_nanos, ns.all_end_rel_nanos, ns.scheduled_nanos, ns.thread_id,
+                total, peak, live, inuse, temp, persist, out_bytes,
+            ))
             idx += 1
-    n["exec_idx"] = list(range(idx))
-    n["step"] = [step] * idx
-    for cols in (o, m, a):
-        cols["step"] = [step] * len(cols["exec_idx"])
-    t["step"] = [step] * len(t["lane"])
-    outputs = _frame(o, {**OUTPUT_SCHEMA, "shape": pl.String}).with_columns(
+    nodes = _rows_frame(node_rows, _NODE_ROW, NODE_SCHEMA, step, index=True)
+    if node_rows:
+        # Traces from before nanosecond fields existed: micros x 1000.
+        old = pl.col("start_ns") == 0
+        nodes = nodes.with_columns(
+            [pl.when(old).then(pl.col(us) * 1000).otherwise(pl.col(ns_)).alias(ns_)
+             for us, ns_ in (("all_start_us", "start_ns"), ("op_start_rel_us", "op_start_rel_ns"),
+                             ("op_end_rel_us", "op_end_rel_ns"),
+                             ("all_end_rel_us", "all_end_rel_ns"),
+                             ("scheduled_us", "scheduled_ns"))])
+    outputs = _rows_frame(out_rows, _OUTPUT_ROW, OUTPUT_SCHEMA, step,
+                          {"shape": pl.String, "dtype": pl.Int32})
+    outputs = outputs.with_columns(
+        dtype=pl.col("dtype").replace_strict(_DTYPE_NAMES, default=pl.col("dtype").cast(
+            pl.String), return_dtype=pl.String),
         shape=pl.when(pl.col("shape") == "").then(pl.lit([], dtype=pl.List(pl.Int64)))
-        .otherwise(pl.col("shape").str.split(",").cast(pl.List(pl.Int64))))
+        .otherwise(pl.col("shape").str.split(",").cast(pl.List(pl.Int64))),
+    )
     return StepFrames(
-        nodes=_frame(n, NODE_SCHEMA),
+        nodes=nodes,
         outputs=outputs,
-        memory=_frame(m, MEMORY_SCHEMA),
-        allocations=_frame(a, ALLOCATION_SCHEMA),
-        threads=_frame(t, THREAD_SCHEMA),
+        memory=_rows_frame(mem_rows, _MEMORY_ROW, MEMORY_SCHEMA, step),
+        allocations=_rows_frame(alloc_rows, _ALLOC_ROW, ALLOCATION_SCHEMA, step),
+        threads=_rows_frame(thread_rows, ["lane", "thread_id", "name"], THREAD_SCHEMA, step),
     )
 
 
