@@ -247,7 +247,7 @@ def _rows_frame(rows: list[tuple], names: list[str], schema: Schema, step: int,
 
     index=True numbers the rows as `exec_idx` (the executions frame)."""
     types = {**schema, **(overrides or {})}
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
     frame = pl.DataFrame({n: pl.Series(n, c, dtype=types[n]) for n, c in zip(names, columns,
                                                                               strict=True)})
     frame = frame.with_columns(step=pl.lit(step, pl.Int64))
