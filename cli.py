@@ -189,6 +189,104 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
             sys.exit(EXIT_FAILED)
 
 
+class _WriteProgress:
+    """Progress of long trace writes on stderr, only when stderr is a terminal."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.enabled = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.enabled and total >= 200_000:
+            self.shown = True
+            click.echo(f"\r{self.what} {100 * done // total}%", err=True, nl=False)
+
+    def close(self) -> None:
+        if self.shown:
+            click.echo("\r\033[K", err=True, nl=False)
+
+
+@main.command()
+@run_dir_argument
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Trace file to write; gzip-compressed when the name ends in .gz.")
+@click.option("--step", type=int, default=None,
+              help="Global step to draw (as in steps/step-%08d.pb). Default: the "
+                   "median-time step.")
+@click.option("--steps", "step_range", metavar="A:B", default=None,
+              help="Every traced step from A to B, inclusive (A: or :B leave an end open).")
+@click.option("--all-steps", is_flag=True, help="Every traced step, on one timeline.")
+@click.option("--dataflow/--no-dataflow", default=True, show_default=True,
+              help="Arrows from each tensor's producer to its consumers on other threads.")
+@click.option("--memory/--no-memory", default=True, show_default=True,
+              help="Bytes in use per allocator, as counter tracks.")
+@click.option("--critical-path/--no-critical-path", default=True, show_default=True,
+              help="Each step's critical path on a 'critical path' thread of its device.")
+@click.option("--per-step-dir", type=click.Path(), default=None,
+              metavar="DIR",
+              help="Also write DIR/timeline-<step>.json for each chosen step, as "
+                   "tf.train.ProfilerHook did (every step when there is no -o and no "
+                   "step option).")
+@no_cache_option
+@handle_errors
+def timeline(run_dir: str, output: str | None, step: int | None, step_range: str | None,
+             all_steps: bool, dataflow: bool, memory: bool, critical_path: bool,
+             per_step_dir: str | None, no_cache: bool) -> None:
+    """Write a Chrome Trace of RUN_DIR for Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+    Every op execution as tf.timeline draws it (same start and duration), a process per
+    device with a thread per real thread and GPU stream, a slice per step, dataflow
+    arrows, memory counters per allocator and each step's critical path
+    (docs/timeline.md).
+
+    \b
+    Examples:
+      analyze timeline fixtures/runs/cnn -o cnn.json
+      analyze timeline runs/exp1 --all-steps -o exp1.json.gz
+      analyze timeline runs/exp1 --steps 100:200 --no-memory -o part.json
+      analyze timeline runs/exp1 --per-step-dir traces/
+    """
+    from analyzer.errors import RunlensError
+    from analyzer.render.chrome_trace import (
+        check_output,
+        check_output_dir,
+        export,
+        export_per_step,
+    )
+    from analyzer.timeline import TimelineOptions, select_steps
+
+    if output is None and per_step_dir is None:
+        raise RunlensError("timeline: give -o FILE (a .json or .json.gz) or --per-step-dir DIR")
+    if output is not None:
+        check_output(output)
+    if per_step_dir is not None:
+        check_output_dir(per_step_dir)
+    run = load(run_dir, no_cache)
+    steps, note = select_steps(run, step, step_range, all_steps, default_all=output is None)
+    click.echo(f"timeline: {note}", err=True)
+    options = TimelineOptions(tuple(steps), dataflow=dataflow, memory=memory,
+                              critical_path=critical_path)
+    progress = _WriteProgress("writing trace")
+    written = []
+    try:
+        if output is not None:
+            w = export(run, output, options, progress)
+            written.append(w)
+            click.echo(f"timeline: wrote {w.path} ({w.events} events, "
+                       f"{w.json_bytes / 1e6:.1f} MB of JSON)", err=True)
+    finally:
+        progress.close()
+    if per_step_dir is not None:
+        files = export_per_step(run, per_step_dir, options)
+        written += files
+        click.echo(f"timeline: wrote {len(files)} files in {per_step_dir} "
+                   f"(timeline-{steps[0]}.json .. timeline-{steps[-1]}.json)", err=True)
+    for w in written:
+        for warning in w.warnings:
+            click.echo(f"analyze: warning: {warning}", err=True)
+
+
 def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """tfprof's options as flags (tfprof's options.md; docs/views.md)."""
     ints = [

@@ -119,22 +119,92 @@ class CriticalPath:
         return self.length_ns / self.step_ns if self.step_ns else 0.0
 
 
-def _executions(run: Run, step: int, worker: str) -> pl.DataFrame:
-    return (
-        run.nodes.filter(
-            (pl.col("step") == step) & (pl.col("worker") == worker)
-            & pl.col("lane_kind").is_in(["device", "other", "stream_all"])
-        )
-        .select(
-            "exec_idx", "node_name", "op_type", "device", "start_ns",
-            end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns"),
-            busy_ns=pl.col("op_end_rel_ns"),
-        )
+def _executions(run: Run, steps: list[int] | None, worker: str | None) -> pl.DataFrame:
+    keep = pl.col("lane_kind").is_in(["device", "other", "stream_all"])
+    if steps is not None:
+        keep &= pl.col("step").is_in(steps)
+    if worker is not None:
+        keep &= pl.col("worker") == worker
+    return run.nodes.filter(keep).select(
+        "worker", "step", "exec_idx", "node_name", "op_type", "device", "start_ns",
+        end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns"),
+        busy_ns=pl.col("op_end_rel_ns"),
     )
 
 
 def _span(frame: pl.DataFrame) -> int:
     return int(frame.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item())
+
+
+def number_nodes(x: pl.DataFrame, e: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Integer node ids, in (worker, name) order, so that joins key on integers: `x`
+    (with worker, node_name) gains `nid`; edges (worker, src, dst) between nodes of x
+    become (src_nid, dst_nid), self-loops left out."""
+    ids = (x.select("worker", "node_name").unique().sort("worker", "node_name")
+           .with_row_index("nid"))
+    src = ids.select("worker", src="node_name", src_nid="nid")
+    dst = ids.select("worker", dst="node_name", dst_nid="nid")
+    e = (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
+         .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
+    return x.join(ids, on=["worker", "node_name"]), e
+
+
+def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `x` (executions of any steps and workers) on the critical path of their
+    (worker, step), in path order, with `wait_ns`. See critical_path for the rule."""
+    x = x.with_row_index("gid")
+    x, e = number_nodes(x, edges(run).select("worker", "src", "dst").unique())
+    waiting = (
+        x.select("step", d_gid="gid", dst_nid="nid", d_start="start_ns")
+        .join(e, on="dst_nid")
+        .sort("d_start")
+    )
+    finished = x.select("step", s_gid="gid", src_nid="nid", s_end="end_ns")
+    matched = waiting.join_asof(
+        finished.sort("s_end"), left_on="d_start", right_on="s_end",
+        by=["step", "src_nid"], strategy="backward", check_sortedness=False,
+    ).drop_nulls("s_gid")
+    # Ties: the source first in name order (nid follows it within a worker).
+    pred_rows = (
+        matched.sort(["d_gid", "s_end", "src_nid"], descending=[False, True, False])
+        .unique(subset="d_gid", keep="first")
+    )
+    pred: list[int | None] = (
+        x.select("gid").join(pred_rows.select("d_gid", "s_gid"), left_on="gid",
+                             right_on="d_gid", how="left")
+        .sort("gid").get_column("s_gid").to_list()
+    )
+    last = (
+        x.sort(["end_ns", "node_name"], descending=[True, False])
+        .group_by("worker", "step", maintain_order=True).agg(pl.col("gid").first())
+        .get_column("gid").to_list()
+    )
+    gids: list[int] = []
+    order: list[int] = []
+    for g in last:
+        chain = [g]
+        seen = {g}
+        while (p := pred[chain[-1]]) is not None and p not in seen:
+            chain.append(p)
+            seen.add(p)
+        gids.extend(reversed(chain))
+        order.extend(range(len(chain)))
+    path = pl.DataFrame({"gid": gids, "order": order},
+                        schema={"gid": pl.UInt32, "order": pl.Int64})
+    return (
+        x.join(path, on="gid").sort("worker", "step", "order").drop("gid", "nid", "order")
+        # Time between the predecessor's end and this op's start: a wait the dataflow
+        # alone does not explain (a busy thread, a loop frame, a queue).
+        .with_columns(wait_ns=(pl.col("start_ns") - pl.col("end_ns").shift(1))
+                      .over("worker", "step").fill_null(0))
+    )
+
+
+def critical_paths(run: Run, steps: list[int] | None = None) -> pl.DataFrame:
+    """The critical paths of many steps (every worker) at once: one row per execution on a
+    path, in path order: worker, step, exec_idx, node_name, op_type, device, start_ns,
+    end_ns, busy_ns, wait_ns. The same paths as critical_path, step by step."""
+    return _path_executions(run, _executions(run, steps, None))
 
 
 def critical_path(run: Run, step: int, worker: str | None = None) -> CriticalPath:
@@ -146,41 +216,10 @@ def critical_path(run: Run, step: int, worker: str | None = None) -> CriticalPat
     links back from the execution that ends last. Ties break by node name.
     """
     worker = worker or run.workers[0]
-    x = _executions(run, step, worker)
+    x = _executions(run, [step], worker)
     if x.height == 0:
-        return CriticalPath(step, worker, x, 0, 0, 0)
-    e = edges(run).filter(pl.col("worker") == worker).select("src", "dst").unique()
-    waiting = (
-        x.select(d_exec="exec_idx", dst="node_name", d_start="start_ns")
-        .join(e, on="dst")
-        .filter(pl.col("src") != pl.col("dst"))
-        .sort("d_start")
-    )
-    finished = x.select(s_exec="exec_idx", src="node_name", s_end="end_ns").sort("s_end")
-    matched = waiting.join_asof(
-        finished, left_on="d_start", right_on="s_end", by="src", strategy="backward",
-        check_sortedness=False,
-    ).drop_nulls("s_exec")
-    pred_rows = (
-        matched.sort(["d_exec", "s_end", "src"], descending=[False, True, False])
-        .unique(subset="d_exec", keep="first")
-    )
-    pred = dict(zip(pred_rows["d_exec"].to_list(), pred_rows["s_exec"].to_list(), strict=True))
-    last = x.sort(["end_ns", "node_name"], descending=[True, False]).row(0, named=True)
-    chain = [last["exec_idx"]]
-    seen = set(chain)
-    while (p := pred.get(chain[-1])) is not None and p not in seen:
-        chain.append(p)
-        seen.add(p)
-    chain.reverse()
-    order = pl.DataFrame({"exec_idx": chain, "order": range(len(chain))},
-                         schema={"exec_idx": pl.UInt32, "order": pl.Int64})
-    ops = (
-        x.join(order, on="exec_idx").sort("order").drop("order")
-        # Time between the predecessor's end and this op's start: a wait the dataflow
-        # alone does not explain (a busy thread, a loop frame, a queue).
-        .with_columns(wait_ns=(pl.col("start_ns") - pl.col("end_ns").shift(1)).fill_null(0))
-    )
+        return CriticalPath(step, worker, x.drop("worker", "step"), 0, 0, 0)
+    ops = _path_executions(run, x).drop("worker", "step")
     return CriticalPath(
         step=step,
         worker=worker,
