@@ -85,7 +85,9 @@ def _ingest_in_processes(items: list[tuple[Path, int, int | None]], jobs: int,
                 results.append(fut.result())
                 if progress:
                     progress(i + 1, len(items))
-    except (BrokenProcessPool, OSError):
+    except (BrokenProcessPool, OSError, RuntimeError):
+        # No pool here: no /dev/shm, or a script without `if __name__ == "__main__"`,
+        # which the spawn start method needs. Serial ingest gives the same frames.
         return None
     return results
 
