@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
-from checkers.intervals import gaps, merged_busy
+from checkers.intervals import gaps, largest_gaps, merged_busy
 
 LOW = 0.5  # below this share of the step with a kernel running: a warning
 INFO = 0.8
@@ -51,10 +51,7 @@ class AcceleratorUtilization(Checker):
             share = r["busy_ns"] / r["span_ns"] if r["span_ns"] else 0.0
             if share >= INFO:
                 continue
-            top = (holes.filter((pl.col("worker") == r["worker"])
-                                & (pl.col("device") == r["device"]))
-                   .sort(["gap_ns", "step", "gap_start_ns"], descending=[True, False, False])
-                   .head(5))
+            top = largest_gaps(holes, {"worker": r["worker"], "device": r["device"]})
             yield self.finding(
                 f"{r['device']} runs kernels {pct(share)} of the time over {r['steps']} "
                 f"step(s); it is idle {pct(1 - share)} of the step",

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
-from checkers.intervals import gaps, merged_busy
+from checkers.intervals import gaps, largest_gaps, merged_busy
 
 IDLE_INFO = 0.25
 IDLE_WARNING = 0.5
@@ -58,11 +58,8 @@ class DeviceIdle(Checker):
             share = r["idle_ns"] / r["span_ns"] if r["span_ns"] else 0.0
             if share < IDLE_INFO:
                 continue
-            top = (holes.filter((pl.col("worker") == r["worker"])
-                                & (pl.col("device") == r["device"])
-                                & (pl.col("lane_kind") == r["lane_kind"]))
-                   .sort(["gap_ns", "step", "gap_start_ns"], descending=[True, False, False])
-                   .head(5))
+            top = largest_gaps(holes, {"worker": r["worker"], "device": r["device"],
+                                       "lane_kind": r["lane_kind"]})
             yield self.finding(
                 f"{r['device']} has no ops running for {pct(share)} of the step "
                 f"({r['idle_ns'] / r['steps'] / 1000:.0f}us per step)",

@@ -27,3 +27,11 @@ def gaps(blocks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
                 gap_ns=pl.col("next_start") - pl.col("end_ns"))
         .filter(pl.col("gap_ns") > 0)
     )
+
+
+def largest_gaps(holes: pl.DataFrame, where: dict[str, object], n: int = 5) -> pl.DataFrame:
+    """The n largest gaps of one lane group (`where`: column -> value), largest first."""
+    match = pl.all_horizontal([pl.col(k) == v for k, v in where.items()])
+    return (holes.filter(match)
+            .sort(["gap_ns", "step", "gap_start_ns"], descending=[True, False, False])
+            .head(n))
