@@ -1,0 +1,646 @@
+"""Engine benchmark: runlens's ingest + four views vs tfprof's add_step + views.
+
+What it does, in one run:
+
+1. Builds a large run dir (default >= 1,000,000 node stats) from a real fixture
+   (fixtures/runs/<name>, default rnn_while): graph.pb and op_log.pb are copied, no
+   manifest.json is written, and steps/step-%08d.pb are the fixture's RunMetadata step
+   files cycled. In every copy each NodeExecStats is shifted in time (all_start_*,
+   scheduled_*, allocation records) so that steps do not overlap, and its op_end_rel_* and
+   all_end_rel_* are multiplied by a seeded random factor in [0.5, 1.5). Partition graphs
+   stay in every step file, as in the real ones.
+2. runlens, each measurement in a fresh subprocess (no import or cache state leaks):
+   cold  = delete the run's .runlens cache, load_run(path, use_cache=True) (which also
+           writes the cache), then all four views with ViewOptions();
+   warm  = the same again with the cache present.
+3. tfprof in a subprocess on the first --tfprof-steps steps of the same run dir:
+   Profiler construction (graph re-imported from graph.pb + op_log.pb, as
+   tests/tfprof_oracle.py does), add_step per step, then profile_operations,
+   profile_name_scope, profile_graph and profile_python with ProfileOptionBuilder's
+   defaults (the same defaults as ViewOptions()) and .with_empty_output().
+4. Prints a Markdown table (node stats, seconds, node stats/s, ratio vs tfprof, peak RSS)
+   and the machine.
+
+Rates are node stats per second. Engine: node stats / (ingest + views). tfprof: node stats
+in its subset / (add_step + views); reading and parsing the step files for tfprof is timed
+separately and not charged to it. Import time (polars, TensorFlow) is charged to nobody.
+Peak RSS: `ru_maxrss` of the measured process (Linux: KiB), the peak of any worker it
+started (load_run ingests in a process pool when there is enough to do), and the peak of
+the whole process tree's summed RSS, sampled every 50 ms by this script.
+
+"Cold" means the runlens cache is cold; the step files were just written, so the OS page
+cache is warm for both runlens and tfprof.
+
+usage: python benchmarks/engine.py [--node-stats 1000000] [--fixture rnn_while]
+           [--tfprof-steps 1000] [--jobs N] [--keep] [--out DIR] [--seed 0]
+       python benchmarks/engine.py --node-stats 200000 --profile --no-tfprof [--jobs 1]
+           (cProfile of the cold and warm paths; top cumulative hot spots in analyzer/;
+           --jobs 1 keeps the step ingest in the profiled process)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+RESULT_PREFIX = "@@RESULT "
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mem_total_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024**2
+    except OSError:
+        pass
+    return None
+
+
+def cpu_busy_seconds() -> float | None:
+    """Machine-wide busy CPU time (all cores, incl. steal) from /proc/stat, in seconds."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(v) for v in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    busy = sum(ticks[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process (its RSS sampler) and of its waited-for descendants (a
+    child's own waited-for workers included)."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        ru = resource.getrusage(who)
+        total += ru.ru_utime + ru.ru_stime
+    return total
+
+
+def version(dist: str) -> str:
+    for name in (dist, dist.replace("-cpu", "")):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def code_version() -> str:
+    """The commit measured, and whether analyzer/ differs from it (the engine under test)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "analyzer"], cwd=ROOT,
+                               text=True, capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+    return head + (" + uncommitted changes in analyzer/" if dirty else "")
+
+
+def machine() -> dict[str, Any]:
+    mem = mem_total_gib()
+    return {
+        "code": code_version(),
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "mem_gib": round(mem, 1) if mem else None,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "polars": version("polars"),
+        "protobuf": version("protobuf"),
+        "tensorflow": version("tensorflow-cpu"),
+    }
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def build_run(fixture: Path, out: Path, target: int, seed: int) -> dict[str, Any]:
+    """Write a run dir at `out` with >= `target` node stats from `fixture`'s step files."""
+    from analyzer.proto import config_pb2
+
+    src_files = sorted((fixture / "steps").glob("step-*.pb"))
+    if not src_files:
+        raise SystemExit(f"{fixture}: no steps/step-*.pb")
+    sources = [p.read_bytes() for p in src_files]
+    counts, starts, ends = [], [], []
+    for raw in sources:
+        rm = config_pb2.RunMetadata.FromString(raw)
+        nodes = [n for d in rm.step_stats.dev_stats for n in d.node_stats]
+        counts.append(len(nodes))
+        starts.append(min(n.all_start_micros for n in nodes))
+        ends.append(max(n.all_start_micros + n.all_end_rel_micros for n in nodes))
+    # One cycle through the fixture's steps keeps their own order and spacing; the next
+    # cycle starts after the last one ends, with room for the jitter (factor < 1.5).
+    period = 2 * (max(ends) - min(starts)) + 1000
+
+    (out / "steps").mkdir(parents=True, exist_ok=True)
+    for name in ("graph.pb", "op_log.pb"):
+        if (fixture / name).is_file():
+            shutil.copyfile(fixture / name, out / name)
+
+    rng = random.Random(seed)
+    total_nodes = total_bytes = n_steps = 0
+    t0 = time.perf_counter()
+    while total_nodes < target:
+        i = n_steps % len(sources)
+        shift_us = (n_steps // len(sources)) * period
+        shift_ns = shift_us * 1000
+        rm = config_pb2.RunMetadata.FromString(sources[i])
+        for dev in rm.step_stats.dev_stats:
+            for n in dev.node_stats:
+                n.all_start_micros += shift_us
+                if n.all_start_nanos:
+                    n.all_start_nanos += shift_ns
+                if n.scheduled_micros:
+                    n.scheduled_micros += shift_us
+                if n.scheduled_nanos:
+                    n.scheduled_nanos += shift_ns
+                f = 0.5 + rng.random()
+                n.op_end_rel_micros = max(n.op_start_rel_micros,
+                                          int(n.op_end_rel_micros * f))
+                n.all_end_rel_micros = max(n.op_end_rel_micros, int(n.all_end_rel_micros * f))
+                if n.all_end_rel_nanos:
+                    n.op_end_rel_nanos = max(n.op_start_rel_nanos, int(n.op_end_rel_nanos * f))
+                    n.all_end_rel_nanos = max(n.op_end_rel_nanos,
+                                              int(n.all_end_rel_nanos * f))
+                for mem in n.memory:
+                    for rec in mem.allocation_records:
+                        if rec.alloc_micros:
+                            rec.alloc_micros += shift_us
+        raw = rm.SerializeToString()
+        (out / "steps" / f"step-{n_steps + 1:08d}.pb").write_bytes(raw)
+        total_nodes += counts[i]
+        total_bytes += len(raw)
+        n_steps += 1
+    return {
+        "fixture": fixture.name,
+        "steps": n_steps,
+        "node_stats": total_nodes,
+        "bytes": total_bytes,
+        "node_stats_per_step": counts,
+        "build_seconds": time.perf_counter() - t0,
+    }
+
+
+# ----------------------------------------------------------------------------- subprocesses
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def run_child(args: list[str], timeout: float | None = None) -> dict[str, Any]:
+    """Run this script as a child with `args`; returns its result dict plus the sampled
+    peak RSS of its whole process tree. A child that dies keeps the partial results it
+    printed (one RESULT line per finished phase)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], sum(_rss_kib(p) for p in _tree(proc.pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        done.set()
+        sampler.join()
+    busy1, own1, wall1 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+    result: dict[str, Any] = {}
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result.update(json.loads(line[len(RESULT_PREFIX):]))
+        else:
+            print(line)
+    result["returncode"] = proc.returncode
+    result["tree_peak_rss_kib"] = peak[0]
+    result["wall_seconds_total"] = wall1 - wall0
+    result["cpu_seconds"] = own1 - own0  # includes the sampler's
+    if busy0 is not None and busy1 is not None:
+        # CPU used by anything but this measurement and this script while it ran: a sign
+        # that the figures are disturbed.
+        result["other_cpu_seconds"] = max(0.0, (busy1 - busy0) - (own1 - own0))
+    other = result.get("other_cpu_seconds")
+    if other is not None:
+        label = args[1] if len(args) > 1 else ""
+        print(f"  [{label}: wall {wall1 - wall0:.1f} s, its CPU (and the RSS sampler's) "
+              f"{own1 - own0:.1f} s, other processes {other:.1f} CPU-s]")
+        if other > max(0.5, 0.1 * (wall1 - wall0)):
+            print(f"WARNING: other processes used {other:.1f} CPU-s during this "
+                  f"{wall1 - wall0:.1f} s measurement; its figures are disturbed")
+    if proc.returncode != 0:
+        result["stderr_tail"] = stderr.strip().splitlines()[-5:]
+    return result
+
+
+def emit(**kv: Any) -> None:
+    print(RESULT_PREFIX + json.dumps(kv), flush=True)
+
+
+def emit_rusage() -> None:
+    import resource
+
+    emit(self_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+         workers_peak_rss_kib=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+
+
+def _drop_cache(run_path: Path) -> None:
+    from analyzer import cache
+    from analyzer.rundir import find_runs
+
+    for run in find_runs(run_path):
+        for loc in cache._locations(run):  # the run dir's .runlens/ and the user cache dir
+            shutil.rmtree(loc, ignore_errors=True)
+        shutil.rmtree(run.path / ".runlens", ignore_errors=True)
+
+
+def _cache_present(run_path: Path) -> bool:
+    from analyzer import cache
+    from analyzer.rundir import find_runs
+
+    run = find_runs(run_path)[0]
+    return any((loc / "key.json").is_file() for loc in cache._locations(run))
+
+
+def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
+    t = time.perf_counter()
+    import polars  # noqa: F401
+
+    from analyzer.load import load_run
+    from analyzer.views import VIEWS, ViewOptions
+    emit(import_seconds=time.perf_counter() - t)
+
+    if mode == "cold":
+        _drop_cache(run_path)
+    else:
+        emit(cache_present_before=_cache_present(run_path))
+    t = time.perf_counter()
+    run = load_run(run_path, use_cache=True, jobs=jobs)
+    ingest = time.perf_counter() - t
+    emit(ingest_seconds=ingest, node_rows=run.nodes.height, warnings=len(run.warnings))
+    opts = ViewOptions()
+    per_view = {}
+    for kind, fn in VIEWS.items():
+        t = time.perf_counter()
+        view = fn(run, opts)
+        per_view[kind] = time.perf_counter() - t
+        per_view[kind + "_rows"] = view.rows.height
+    emit(views=per_view, views_seconds=sum(v for k, v in per_view.items()
+                                           if not k.endswith("_rows")))
+    if mode == "cold":
+        emit(cache_present_after=_cache_present(run_path))
+    emit_rusage()
+
+
+def child_tfprof(run_path: Path, n_steps: int) -> None:
+    t = time.perf_counter()
+    import tensorflow as tf
+    from tensorflow.core.profiler import tfprof_log_pb2
+    from tensorflow.core.protobuf import config_pb2
+    emit(import_seconds=time.perf_counter() - t)
+
+    files = sorted((run_path / "steps").glob("step-*.pb"))
+    if n_steps > 0:
+        files = files[:n_steps]
+    t = time.perf_counter()
+    graph = tf.Graph()
+    with graph.as_default():
+        graph_def = tf.compat.v1.GraphDef.FromString((run_path / "graph.pb").read_bytes())
+        tf.import_graph_def(graph_def, name="")
+    op_log = tfprof_log_pb2.OpLogProto.FromString((run_path / "op_log.pb").read_bytes())
+    prof = tf.compat.v1.profiler.Profiler(graph=graph, op_log=op_log)
+    emit(construct_seconds=time.perf_counter() - t)
+
+    parse = add = 0.0
+    nodes = 0
+    per_step: list[float] = []
+    for path in files:
+        t0 = time.perf_counter()
+        rm = config_pb2.RunMetadata.FromString(path.read_bytes())
+        t1 = time.perf_counter()
+        prof.add_step(int(path.stem.split("-")[1]), rm)
+        t2 = time.perf_counter()
+        parse += t1 - t0
+        add += t2 - t1
+        per_step.append(t2 - t1)
+        nodes += sum(len(d.node_stats) for d in rm.step_stats.dev_stats)
+    tenth = max(1, len(per_step) // 10)
+    emit(steps=len(files), node_stats=nodes, parse_seconds=parse, add_step_seconds=add,
+         # does add_step get slower as steps accumulate? mean ms of the first/last tenth
+         add_step_ms_first_tenth=1000 * sum(per_step[:tenth]) / tenth,
+         add_step_ms_last_tenth=1000 * sum(per_step[-tenth:]) / tenth)
+
+    opts = (tf.compat.v1.profiler.ProfileOptionBuilder()  # tfprof defaults == ViewOptions()
+            .with_empty_output().build())
+    per_view: dict[str, Any] = {}
+    for kind, fn in (("ops", prof.profile_operations), ("scopes", prof.profile_name_scope),
+                     ("graph", prof.profile_graph), ("code", prof.profile_python)):
+        t = time.perf_counter()
+        try:
+            fn(opts)
+        except Exception as e:  # profile_python can fail on re-imported graphs
+            per_view[kind + "_error"] = f"{type(e).__name__}: {e}"
+            emit(views=per_view)
+            continue
+        per_view[kind] = time.perf_counter() - t
+        emit(views=per_view)  # partial results survive an abort in a later view
+    emit(views_seconds=sum(v for k, v in per_view.items() if not k.endswith("_error")))
+    emit_rusage()
+
+
+def child_profile(run_path: Path, mode: str, jobs: int | None, top: int) -> None:
+    """cProfile of load_run + the four views, cold (cache dropped first) or warm."""
+    import cProfile
+    import io
+    import pstats
+
+    from analyzer.load import load_run
+    from analyzer.views import VIEWS, ViewOptions
+
+    if mode == "profile-cold":
+        _drop_cache(run_path)
+    else:
+        load_run(run_path, use_cache=True, jobs=jobs)  # make sure the cache exists
+    pr = cProfile.Profile()
+    t = time.perf_counter()
+    pr.enable()
+    run = load_run(run_path, use_cache=True, jobs=jobs)
+    for fn in VIEWS.values():
+        fn(run, ViewOptions())
+    pr.disable()
+    wall = time.perf_counter() - t
+    stats = pstats.Stats(pr)
+    rows = []
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if f"{os.sep}analyzer{os.sep}" in file and f"{os.sep}proto{os.sep}" not in file:
+            rel = os.path.relpath(file, ROOT)
+            rows.append({"where": f"{rel}:{line} {func}", "calls": nc,
+                         "tottime": round(tt, 3), "cumtime": round(ct, 3)})
+    rows.sort(key=lambda r: r["cumtime"], reverse=True)
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(15)
+    emit(wall_seconds=wall, analyzer_top=rows[:top], tottime_top=buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt_int(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def fmt_mib(kib: int | None) -> str:
+    return "n/a" if not kib else f"{kib / 1024:,.0f} MiB"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| measurement | node stats | seconds | node stats/s | vs tfprof (add_step+views) "
+            "| peak RSS (process) | peak RSS (workers) | peak RSS (tree, sampled) "
+            "| other processes' CPU-s |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {fmt_int(r['nodes'])} | {r['seconds']:.2f} | "
+            f"{fmt_int(r['rate'])} | {r['ratio']} | {fmt_mib(r.get('self'))} | "
+            f"{fmt_mib(r.get('workers'))} | {fmt_mib(r.get('tree'))} | "
+            + ("" if r.get("other") is None else f"{r['other']:.1f}") + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--node-stats", type=int, default=1_000_000,
+                    help="target number of node stats in the built run (default 1,000,000)")
+    ap.add_argument("--fixture", default="rnn_while", help="fixtures/runs/<name> to copy")
+    ap.add_argument("--tfprof-steps", type=int, default=1000,
+                    help="tfprof runs on the first N steps of the run (default 1000: about "
+                         "780k node stats and 60 s of add_step with rnn_while); 0 = all")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="load_run(jobs=...) (default: os.cpu_count())")
+    ap.add_argument("--keep", action="store_true", help="keep the built run dir")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="build the run here (kept) instead of in a temp dir")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the time jitter")
+    ap.add_argument("--no-tfprof", action="store_true", help="skip the tfprof measurement")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile the engine's cold and warm paths (load_run + views), "
+                         "each in a child")
+    ap.add_argument("--profile-top", type=int, default=10)
+    ap.add_argument("--json", type=Path, default=None, help="also write all results here")
+    ap.add_argument("--_child", choices=["cold", "warm", "tfprof", "profile-cold", "profile-warm"],
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--_run", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args._child in ("cold", "warm"):
+        child_engine(args._run, args._child, args.jobs)
+        return 0
+    if args._child == "tfprof":
+        child_tfprof(args._run, args.tfprof_steps)
+        return 0
+    if args._child in ("profile-cold", "profile-warm"):
+        child_profile(args._run, args._child, args.jobs, args.profile_top)
+        return 0
+
+    fixture = ROOT / "fixtures" / "runs" / args.fixture
+    if not fixture.is_dir():
+        ap.error(f"{fixture}: no such fixture")
+    mach = machine()
+    print(f"machine: {mach['nproc']} CPUs ({mach['cpu']}), {mach['mem_gib']} GiB RAM, "
+          f"{mach['os']}; Python {mach['python']}, polars {mach['polars']}, "
+          f"protobuf {mach['protobuf']}, tensorflow-cpu {mach['tensorflow']}; "
+          f"runlens at {mach['code']}")
+
+    if args.out is not None:
+        out = args.out
+        if out.exists() and any(out.iterdir()):
+            ap.error(f"{out}: exists and is not empty")
+        cleanup = None
+    else:
+        cleanup = Path(tempfile.mkdtemp(prefix="runlens-bench-"))
+        out = cleanup / "run"
+    results: dict[str, Any] = {"machine": mach, "args": {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+        if not k.startswith("_")}}
+    try:
+        built = build_run(fixture, out, args.node_stats, args.seed)
+        results["built"] = built
+        print(f"built {out}: {built['steps']} steps of {args.fixture} "
+              f"({min(built['node_stats_per_step'])}-{max(built['node_stats_per_step'])} "
+              f"node stats each), {built['node_stats']:,} node stats, "
+              f"{built['bytes']:,} bytes ({built['bytes'] / 2**20:,.0f} MiB) "
+              f"in {built['build_seconds']:.1f} s")
+        jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
+
+        for mode in ("cold", "warm"):
+            r = run_child(["--_child", mode, "--_run", str(out), *jobs_args])
+            results[mode] = r
+            if r["returncode"] != 0:
+                print(f"engine {mode} failed: {r.get('stderr_tail')}")
+                return 1
+            print(f"engine {mode}: ingest {r['ingest_seconds']:.2f} s, views "
+                  f"{r['views_seconds']:.2f} s "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["views"].items()
+                              if not k.endswith("_rows"))
+                  + f" (imports {r['import_seconds']:.2f} s, not counted)")
+        if not results["warm"].get("cache_present_before"):
+            print("WARNING: the warm run found no cache; its figures are not warm")
+
+        if not args.no_tfprof:
+            r = run_child(["--_child", "tfprof", "--_run", str(out), "--tfprof-steps",
+                           str(args.tfprof_steps)])
+            results["tfprof"] = r
+            views = r.get("views", {})
+            errors = {k: v for k, v in views.items() if k.endswith("_error")}
+            if r["returncode"] != 0:
+                print(f"tfprof child exited with {r['returncode']} after "
+                      f"{sorted(views)}: {r.get('stderr_tail')}")
+            print(f"tfprof: {r.get('steps')} steps, {r.get('node_stats', 0):,} node stats; "
+                  f"construction {r.get('construct_seconds', 0):.2f} s (not counted), "
+                  f"parse {r.get('parse_seconds', 0):.2f} s (not counted), add_step "
+                  f"{r.get('add_step_seconds', 0):.2f} s, views "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in views.items()
+                              if not k.endswith("_error")))
+            if r.get("steps"):
+                print(f"tfprof add_step: {r['add_step_ms_first_tenth']:.1f} ms per step over "
+                      f"the first tenth of its steps, {r['add_step_ms_last_tenth']:.1f} ms "
+                      f"over the last tenth")
+            for k, v in errors.items():
+                print(f"tfprof {k[:-6]} view skipped: {v}")
+            if "code" not in views:
+                print("tfprof code view (profile_python) did not complete; "
+                      "it is not in tfprof's time")
+
+        if args.profile:
+            for mode in ("cold", "warm"):
+                r = run_child(["--_child", f"profile-{mode}", "--_run", str(out), *jobs_args,
+                               "--profile-top", str(args.profile_top)])
+                results[f"profile_{mode}"] = r
+                print(f"\ncProfile of the {mode} path (load_run + 4 views, jobs="
+                      f"{args.jobs or os.cpu_count()}), wall {r.get('wall_seconds', 0):.2f} s "
+                      f"under the profiler; top {args.profile_top} analyzer/ functions by "
+                      "cumulative time:")
+                print("| function | calls | tottime s | cumtime s |\n|---|---|---|---|")
+                for row in r.get("analyzer_top", []):
+                    print(f"| `{row['where']}` | {row['calls']} | {row['tottime']:.2f} | "
+                          f"{row['cumtime']:.2f} |")
+                print("\ntop by own time (all modules):\n" + r.get("tottime_top", ""))
+
+        rows = []
+        n = built["node_stats"]
+        tf_rate: float | None = None
+        tf_add_rate: float | None = None
+        t = results.get("tfprof")
+        if t and t.get("node_stats") and "views_seconds" in t:
+            tf_sec = t["add_step_seconds"] + t["views_seconds"]
+            tf_rate = t["node_stats"] / tf_sec
+            tf_add_rate = t["node_stats"] / t["add_step_seconds"]
+
+        def ratio(rate: float) -> str:
+            if not tf_rate:
+                return "n/a"
+            x = rate / tf_rate
+            return f"{x:,.1f}x" if x < 10 else f"{x:,.0f}x"
+
+        for mode in ("cold", "warm"):
+            r = results[mode]
+            sec = r["ingest_seconds"] + r["views_seconds"]
+            rows.append({"name": f"runlens {mode}: load_run + 4 views (ingest "
+                                 f"{r['ingest_seconds']:.2f} s + views {r['views_seconds']:.2f} s)",
+                         "nodes": n, "seconds": sec, "rate": n / sec, "ratio": ratio(n / sec),
+                         "self": r.get("self_peak_rss_kib"),
+                         "workers": r.get("workers_peak_rss_kib"),
+                         "tree": r.get("tree_peak_rss_kib"),
+                         "other": r.get("other_cpu_seconds")})
+        if tf_rate and tf_add_rate and t is not None:
+            n_views = len([k for k in t["views"] if not k.endswith("_error")])
+            rows.append({"name": f"tfprof: add_step + {n_views} views ({t['steps']} steps)",
+                         "nodes": t["node_stats"],
+                         "seconds": t["add_step_seconds"] + t["views_seconds"],
+                         "rate": tf_rate, "ratio": ratio(tf_rate),
+                         "self": t.get("self_peak_rss_kib"), "workers": None,
+                         "tree": t.get("tree_peak_rss_kib"),
+                         "other": t.get("other_cpu_seconds")})
+            rows.append({"name": "tfprof: add_step only", "nodes": t["node_stats"],
+                         "seconds": t["add_step_seconds"], "rate": tf_add_rate,
+                         "ratio": ratio(tf_add_rate), "self": None, "workers": None,
+                         "tree": None})
+        print()
+        print(table(rows))
+        results["table"] = rows
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    finally:
+        if cleanup is not None:
+            if args.keep:
+                print(f"kept {out}")
+            else:
+                shutil.rmtree(cleanup, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Timeline benchmark: `analyze timeline` (analyzer/timeline.py + render/chrome_trace.py)
+against tf.timeline's Timeline.generate_chrome_trace_format, in the same process.
+
+1. Builds a run dir of >= --node-stats node stats (default 200,000) from a fixture's step
+   files with benchmarks/engine.py's build_run (copies shifted in time so that steps do
+   not overlap, durations jittered).
+2. Loads it once with load_run (not timed).
+3. runlens: export() of every step to a .json file, best of --repeat: with dataflow and
+   memory (what tf.timeline is asked for), then also with the critical path (our
+   default), and the default to .json.gz. Then the same K steps tf.timeline gets.
+4. tf.timeline on the first --tf-steps steps (K) of the same run: the step files are
+   parsed first (not timed), then for each step Timeline(step_stats)
+   .generate_chrome_trace_format(show_dataflow=True, show_memory=True) and the string
+   written to a file, as tf.train.ProfilerHook does; best of --repeat.
+5. Prints a Markdown table; rates are node stats per second.
+
+usage: python benchmarks/timeline.py [--node-stats 200000] [--fixture rnn_while]
+           [--tf-steps 32] [--repeat 3] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--node-stats", type=int, default=200_000)
+    ap.add_argument("--fixture", default="rnn_while")
+    ap.add_argument("--tf-steps", type=int, default=32,
+                    help="tf.timeline runs on the first N steps (default 32)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from engine import build_run, machine
+
+    from analyzer.load import load_run
+    from analyzer.render.chrome_trace import export
+    from analyzer.timeline import TimelineOptions
+
+    m = machine()
+    print(f"machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, {m['os']}; "
+          f"Python {m['python']}, polars {m['polars']}, tensorflow-cpu {m['tensorflow']}")
+    tmp = Path(tempfile.mkdtemp(prefix="runlens-timeline-bench-"))
+    try:
+        built = build_run(ROOT / "fixtures" / "runs" / args.fixture, tmp / "run",
+                          args.node_stats, args.seed)
+        run = load_run(tmp / "run", use_cache=False)
+        steps = run.steps
+        n_all = run.nodes.height
+        print(f"built {built['steps']} steps of {args.fixture}: {n_all:,} node stats "
+              f"({run.outputs.height:,} outputs, {run.allocations.height:,} allocation "
+              "records); loaded once, not timed")
+        subset = steps[: args.tf_steps]
+        n_subset = run.nodes.filter(run.nodes["step"].is_in(subset)).height
+        rows: list[dict[str, Any]] = []
+
+        def ours(label: str, chosen: list[int], nodes: int, name: str, **kw: Any) -> None:
+            opts = TimelineOptions(tuple(chosen), **kw)
+            sec, w = best_of(args.repeat, lambda: export(run, tmp / name, opts))
+            rows.append({"name": label, "steps": len(chosen), "nodes": nodes,
+                         "seconds": sec, "mb": w.json_bytes / 1e6,
+                         "file_mb": (tmp / name).stat().st_size / 1e6})
+
+        ours("runlens, dataflow + memory", steps, n_all, "a.json", critical_path=False)
+        ours("runlens, dataflow + memory + critical path (default)", steps, n_all, "b.json")
+        ours("runlens, default, .json.gz", steps, n_all, "c.json.gz")
+        ours(f"runlens, dataflow + memory, first {len(subset)} steps", subset, n_subset,
+             "d.json", critical_path=False)
+
+        from tensorflow.core.protobuf import config_pb2
+        from tensorflow.python.client import timeline as tf_timeline
+
+        files = sorted((tmp / "run" / "steps").glob("step-*.pb"))[: len(subset)]
+        metas = [config_pb2.RunMetadata.FromString(p.read_bytes()) for p in files]
+        tf_nodes = sum(len(d.node_stats) for md in metas for d in md.step_stats.dev_stats)
+        assert tf_nodes == n_subset, (tf_nodes, n_subset)
+
+        def tf_export() -> int:
+            size = 0
+            for i, md in enumerate(metas):
+                text = tf_timeline.Timeline(md.step_stats).generate_chrome_trace_format(
+                    show_dataflow=True, show_memory=True)
+                (tmp / f"tf-{i}.json").write_text(text)
+                size += len(text)
+            return size
+
+        sec, size = best_of(args.repeat, tf_export)
+        tf_rate = tf_nodes / sec
+        rows.append({"name": f"tf.timeline, show_dataflow + show_memory, first "
+                             f"{len(subset)} steps", "steps": len(subset), "nodes": tf_nodes,
+                     "seconds": sec, "mb": size / 1e6, "file_mb": size / 1e6})
+
+        print("\n| exporter | steps | node stats | seconds | node stats/s | MB of JSON | "
+              "vs tf.timeline |\n|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            rate = r["nodes"] / r["seconds"]
+            mb = f"{r['mb']:.1f}" + (f" ({r['file_mb']:.1f} gz)" if r["file_mb"] != r["mb"]
+                                     else "")
+            print(f"| {r['name']} | {r['steps']} | {r['nodes']:,} | {r['seconds']:.3f} | "
+                  f"{rate:,.0f} | {mb} | {rate / tf_rate:.1f}x |")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
