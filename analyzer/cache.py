@@ -7,11 +7,13 @@ with the cache (missing, stale, unreadable, unwritable) means "no cache", never 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,10 @@ import polars as pl
 
 from analyzer.rundir import RunDir
 
-CACHE_VERSION = 2  # bump whenever ingest's frames change
+CACHE_VERSION = 3  # bump whenever ingest's frames change
+# The Run's frames (nodes with derived columns) and step -1's per-node numbers.
 FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes", "op_log",
-          "code")
+          "code", "node_stats")
 
 
 def fingerprint(run: RunDir) -> dict[str, Any]:
@@ -48,16 +51,23 @@ def _locations(run: RunDir) -> list[Path]:
             _user_cache_root() / f"{digest}-v{CACHE_VERSION}"]
 
 
-def load(run: RunDir, key: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], list[str]] | None:
-    """The cached frames and warnings of `run` if the cache matches `key`, else None."""
+def load(run: RunDir, key: dict[str, Any]
+         ) -> tuple[dict[str, Callable[[], pl.DataFrame]], list[str]] | None:
+    """Readers of the cached frames and the warnings of `run` if the cache matches `key`.
+
+    Frames are read when first used (a view needs node_stats, not the executions)."""
     for loc in _locations(run):
         try:
             meta = json.loads((loc / "key.json").read_text())
             if meta.get("key") != key:
                 continue
-            frames = {name: pl.read_parquet(loc / f"{name}.parquet") for name in FRAMES}
-            return frames, list(meta.get("warnings", []))
-        except (OSError, ValueError, pl.exceptions.PolarsError):
+            files = {name: loc / f"{name}.parquet" for name in FRAMES}
+            if not all(f.is_file() for f in files.values()):
+                continue
+            readers: dict[str, Callable[[], pl.DataFrame]] = {
+                name: functools.partial(pl.read_parquet, f) for name, f in files.items()}
+            return readers, list(meta.get("warnings", []))
+        except (OSError, ValueError):
             continue
     return None
 

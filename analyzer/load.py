@@ -21,6 +21,7 @@ import polars as pl
 from analyzer import cache, ingest
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, derive_node_columns
+from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir, find_runs
 
 Progress = Callable[[int, int], None]
@@ -145,6 +146,30 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     return {k: v.with_columns(worker) for k, v in out.items()}, warnings
 
 
+def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None
+                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Ingest one run dir: its frames, derived columns, and step -1's per-node numbers."""
+    frames, warnings = _load_run_dir(run, jobs, progress)
+    frames["nodes"] = derive_node_columns(frames["nodes"], frames["graph_nodes"])
+    one = Run.from_frames(frames)
+    frames["node_stats"] = node_stats(one, -1)
+    return frames, warnings
+
+
+def _merged(parts: list[dict[str, Any]], name: str) -> Any:
+    """One frame over all run dirs: the part itself for one run dir (kept lazy), else a
+    reader that concatenates the parts when first used."""
+    if len(parts) == 1:
+        return parts[0][name]
+
+    def concat() -> pl.DataFrame:
+        frames = [p[name]() if callable(p[name]) else p[name] for p in parts]
+        merged = pl.concat(frames, how="vertical_relaxed")
+        return merged.sort("worker", "name") if name == "node_stats" else merged
+
+    return concat
+
+
 def load_run(
     path: str | os.PathLike[str],
     *,
@@ -154,35 +179,28 @@ def load_run(
 ) -> Run:
     """Read every run dir at `path` into one Run (worker is a column).
 
+    A cached run dir is read lazily: only the frames an analysis touches are loaded.
     Raises RunDirError when the path is not a run or no step can be read.
     """
     runs = find_runs(path)
     jobs = jobs or os.cpu_count() or 1
-    parts: list[dict[str, pl.DataFrame]] = []
+    parts: list[dict[str, Any]] = []
     warnings: list[str] = []
     for run in runs:
         key = cache.fingerprint(run)
         cached = cache.load(run, key) if use_cache else None
+        frames: dict[str, Any]
         if cached is not None:
             frames, run_warnings = cached
         else:
-            frames, run_warnings = _load_run_dir(run, jobs, progress)
+            frames, run_warnings = _fresh_frames(run, jobs, progress)
             if use_cache:
                 cache.store(run, key, frames, run_warnings)
         parts.append(frames)
         warnings.extend(run_warnings)
-    merged = {name: pl.concat([p[name] for p in parts], how="vertical_relaxed")
-              for name in cache.FRAMES}
-    nodes = derive_node_columns(merged["nodes"], merged["graph_nodes"])
-    return Run(
-        nodes=nodes,
-        outputs=merged["outputs"],
-        memory=merged["memory"],
-        allocations=merged["allocations"],
-        threads=merged["threads"],
-        graph_nodes=merged["graph_nodes"],
-        op_log=merged["op_log"],
-        code=merged["code"],
+    return Run.from_frames(
+        {name: _merged(parts, name) for name in Run.FRAMES},
         paths=[r.path for r in runs],
         warnings=warnings,
+        node_stats={-1: _merged(parts, "node_stats")},
     )

@@ -7,7 +7,7 @@ docs/tfprof-semantics.md) and the op type of each executed node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import polars as pl
@@ -18,20 +18,66 @@ _DEVICE_PREFIX_RE = r"^(.*/(?:device:)?[a-z_]*(?:cpu|gpu|tpu|sycl)[a-z_]*:\d+)"
 _LABEL_OP_RE = r"^\S+ = ([A-Za-z0-9_>.]+)\("
 
 
-@dataclass
-class Run:
-    """Frames of a run. `nodes` has one row per NodeExecStats (see DESIGN.md "Data model")."""
+FrameSource = pl.DataFrame | Callable[[], pl.DataFrame]
 
-    nodes: pl.DataFrame
-    outputs: pl.DataFrame
-    memory: pl.DataFrame
-    allocations: pl.DataFrame
-    threads: pl.DataFrame
-    graph_nodes: pl.DataFrame
-    op_log: pl.DataFrame
-    code: pl.DataFrame
-    paths: list[Path] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+
+class _Frame:
+    """A frame attribute of Run, read on first use (a cached run reads Parquet lazily, so
+    `analyze ops` on a big run never loads the million rows of executions)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: Run, owner: type | None = None) -> pl.DataFrame:
+        value = run._frames[self.name]
+        if callable(value):
+            value = run._frames[self.name] = value()
+        return value
+
+
+class Run:
+    """Frames of a run. `nodes` has one row per NodeExecStats (see DESIGN.md "Data model").
+
+    Each frame may be given as a DataFrame or as a function that returns it (read on first
+    use). `node_stats` memoizes per-node numbers per step (see analyzer.nodestats).
+    """
+
+    FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes",
+              "op_log", "code")
+    nodes = _Frame()
+    outputs = _Frame()
+    memory = _Frame()
+    allocations = _Frame()
+    threads = _Frame()
+    graph_nodes = _Frame()
+    op_log = _Frame()
+    code = _Frame()
+
+    def __init__(self, nodes: FrameSource, outputs: FrameSource, memory: FrameSource,
+                 allocations: FrameSource, threads: FrameSource, graph_nodes: FrameSource,
+                 op_log: FrameSource, code: FrameSource, paths: list[Path] | None = None,
+                 warnings: list[str] | None = None,
+                 node_stats: dict[int, FrameSource] | None = None) -> None:
+        self._frames: dict[str, FrameSource] = {
+            "nodes": nodes, "outputs": outputs, "memory": memory, "allocations": allocations,
+            "threads": threads, "graph_nodes": graph_nodes, "op_log": op_log, "code": code}
+        self.paths = paths or []
+        self.warnings = warnings or []
+        self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
+
+    @classmethod
+    def from_frames(cls, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
+                    warnings: list[str] | None = None,
+                    node_stats: dict[int, FrameSource] | None = None) -> Run:
+        """A Run from a mapping with every name of FRAMES (others are ignored)."""
+        f = {name: frames[name] for name in cls.FRAMES}
+        return cls(f["nodes"], f["outputs"], f["memory"], f["allocations"], f["threads"],
+                   f["graph_nodes"], f["op_log"], f["code"], paths=paths, warnings=warnings,
+                   node_stats=node_stats)
+
+    def replace(self, **frames: FrameSource) -> Run:
+        """A copy with some frames replaced (per-node numbers are recomputed)."""
+        return Run.from_frames({**self._frames, **frames}, self.paths, self.warnings)
 
     @property
     def steps(self) -> list[int]:

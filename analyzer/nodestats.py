@@ -86,7 +86,20 @@ def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
 
     Columns: worker, name, op_type, types (op type, op_log types, canonical device),
     device, micros ... occurrence (METRICS), params, float_ops, executed.
+    Memoized on the Run per step (every view and checker starts here); the cache stores
+    step -1's, so a warm analysis never aggregates the executions again.
     """
+    known = run.node_stats.get(step)
+    if known is not None:
+        frame = known() if callable(known) else known
+        run.node_stats[step] = frame
+        return frame
+    frame = _node_stats(run, step)
+    run.node_stats[step] = frame
+    return frame
+
+
+def _node_stats(run: Run, step: int) -> pl.DataFrame:
     executed = executed_stats(run, step)
     graph = (
         run.graph_nodes.filter(pl.col("source") == "graph")

@@ -53,7 +53,7 @@ def _without_source(run: Run) -> Run:
     """tfprof drops _SOURCE (and RecvTensor, MEMCPY) nodes; we keep them. Compare without."""
     keep = ~pl.col("node_name").is_in(["_SOURCE", "RecvTensor"]) & ~pl.col(
         "node_name").str.contains("MEMCPY")
-    return Run(**{**run.__dict__, "nodes": run.nodes.filter(keep)})
+    return run.replace(nodes=run.nodes.filter(keep))
 
 
 def _opts(kw: dict) -> ViewOptions:
