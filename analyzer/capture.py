@@ -3,8 +3,9 @@
 This is the only engine module that imports TensorFlow. It does as little as possible on
 the training side: on a traced step it asks the session for FULL_TRACE with partition
 graphs and writes `RunMetadata.SerializeToString()` to steps/step-N.pb; it never parses
-or converts traces (that is the offline engine's job). Untraced steps only fetch the step
-counter, as tf.train.ProfilerHook does. Any failure (read-only directory, disk full, an
+or converts traces (that is the offline engine's job). Untraced steps add nothing to the
+session.run (tf.train.ProfilerHook fetches the global step on every run; we predict it and
+read it only on traced steps). Any failure (read-only directory, disk full, an
 unexpected error) logs one warning and turns capturing off: training always goes on.
 """
 
@@ -187,31 +188,41 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             self._fail("writing graph.pb", e)
 
     def before_run(self, run_context: Any) -> Any:
+        """Untraced steps ask the session for nothing: the step counter is fetched on the
+        first run (to start the timer) and read after traced runs; in between it is
+        predicted (+1 per run), and every traced run re-synchronizes it."""
         if self._disabled:
             return None
         try:
-            self._request = self._next_step is not None and self._timer.should_trigger_for_step(
-                self._next_step
-            )
-            options = tf.compat.v1.RunOptions(**_TRACE_OPTIONS) if self._request else None
-            return tf.compat.v1.train.SessionRunArgs({"step": self._step_tensor}, options=options)
+            if self._next_step is None:
+                self._request = False
+                return tf.compat.v1.train.SessionRunArgs({"step": self._step_tensor})
+            self._request = self._timer.should_trigger_for_step(self._next_step)
+            if not self._request:
+                return None
+            return tf.compat.v1.train.SessionRunArgs(
+                None, options=tf.compat.v1.RunOptions(**_TRACE_OPTIONS))
         except Exception as e:
             self._fail("requesting a trace", e)
             return None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        if self._disabled or run_values.results is None:
+        if self._disabled:
             return
         try:
-            stale_step = int(run_values.results["step"])
             if self._next_step is None:
+                if run_values.results is None:
+                    return  # before_run failed; nothing to count from
+                stale_step = int(run_values.results["step"])
                 # The timer starts counting at the first step seen, as in ProfilerHook.
                 self._timer.update_last_triggered_step(stale_step)
-            step = stale_step + 1
-            if self._request:
+                step = stale_step + 1
+            elif self._request:
                 step = int(run_context.session.run(self._step_tensor))
                 self._timer.update_last_triggered_step(step)
                 self._save(step, run_values.run_metadata)
+            else:
+                step = self._next_step
             self._next_step = step + 1
         except Exception as e:
             self._fail(f"saving step {self._next_step}", e)

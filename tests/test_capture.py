@@ -274,3 +274,23 @@ def test_sigkill_mid_training_leaves_only_whole_step_files(tmp_path):
                 assert sizes[step] == len(raw)
         if steps:  # the engine reads the killed run: stray temporary files are ignored
             assert sorted(find_runs(out)[0].steps) == steps
+
+
+def test_untraced_runs_add_nothing_to_session_run(tmp_path):
+    """Only the first run (to start the timer) and traced runs touch session.run's
+    arguments; ProfilerHook fetches the global step on every run."""
+    hook = CaptureHook(save_steps=4, output_dir=tmp_path)
+    requests = []
+    original = hook.before_run
+
+    def recording(run_context):
+        args = original(run_context)
+        requests.append(args)
+        return args
+
+    hook.before_run = recording
+    _train_with_hooks([hook], steps=12)
+    asked = [a for a in requests if a is not None]
+    traced = _captured_steps(tmp_path)
+    assert traced == [4, 8, 12]
+    assert len(asked) == 1 + len(traced)  # the first run + the traced runs
