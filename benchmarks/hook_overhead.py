@@ -49,7 +49,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from engine import cpu_busy_seconds, cpu_model  # noqa: E402
 
 DEFAULT_LAYERS = "256,512,512,10"
 
@@ -57,26 +60,7 @@ DEFAULT_LAYERS = "256,512,512,10"
 # ----------------------------------------------------------------------------- machine
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_busy_seconds() -> float | None:
-    """Machine-wide busy CPU time (all cores, incl. steal) from /proc/stat, in seconds."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except (OSError, IndexError):
-        return None
-    ticks = [int(v) for v in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    busy = sum(ticks[:8]) - idle  # user nice system idle iowait irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
+# cpu_model and cpu_busy_seconds are engine.py's (one description of the machine).
 
 
 def own_cpu_seconds() -> float:
