@@ -55,16 +55,20 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _Progress:
-    """Progress of long ingests on stderr, only when stderr is a terminal."""
+    """Progress of long work on stderr, only when stderr is a terminal and the work is
+    big enough (`minimum` units) to be worth a line."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "ingesting step files", minimum: int = 20) -> None:
+        self.what = what
+        self.minimum = minimum
         self.enabled = sys.stderr.isatty()
         self.shown = False
 
     def __call__(self, done: int, total: int) -> None:
-        if self.enabled and total >= 20:
+        if self.enabled and total >= self.minimum:
             self.shown = True
-            click.echo(f"\ringesting step files {done}/{total}", err=True, nl=False)
+            click.echo(f"\r{self.what} {done}/{total} ({100 * done // total}%)", err=True,
+                       nl=False)
 
     def close(self) -> None:
         if self.shown:
@@ -189,24 +193,6 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
             sys.exit(EXIT_FAILED)
 
 
-class _WriteProgress:
-    """Progress of long trace writes on stderr, only when stderr is a terminal."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.enabled = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.enabled and total >= 200_000:
-            self.shown = True
-            click.echo(f"\r{self.what} {100 * done // total}%", err=True, nl=False)
-
-    def close(self) -> None:
-        if self.shown:
-            click.echo("\r\033[K", err=True, nl=False)
-
-
 @main.command()
 @run_dir_argument
 @click.option("-o", "--output", type=click.Path(), default=None,
@@ -267,7 +253,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
     click.echo(f"timeline: {note}", err=True)
     options = TimelineOptions(tuple(steps), dataflow=dataflow, memory=memory,
                               critical_path=critical_path)
-    progress = _WriteProgress("writing trace")
+    progress = _Progress("writing trace events", minimum=200_000)
     written = []
     try:
         if output is not None:
