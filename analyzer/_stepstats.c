@@ -664,12 +664,52 @@ static PyObject *decoder_add(Decoder *d, PyObject *args) {
     return PyLong_FromLong(devices);
 }
 
+/* A finished column: owns its malloc'd buffer and exposes it through the buffer protocol,
+ * so numpy (and polars after it) view the decoded values without a copy. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Column;
+
+static int column_getbuffer(Column *c, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)c, c->data ? c->data : (char *)"", c->len, 1,
+                             flags);
+}
+
+static void column_dealloc(Column *c) {
+    free(c->data);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyBufferProcs column_as_buffer = {.bf_getbuffer = (getbufferproc)column_getbuffer};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "analyzer._stepstats.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes of one decoded column (read-only buffer).",
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+};
+
+/* Hands the buffer over to a Column; the Buf is left empty. */
+static PyObject *take_column(Buf *b) {
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->data = b->data;
+    c->len = (Py_ssize_t)b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)c;
+}
+
 static PyObject *table_dict(Buf *cols, const ColSpec *spec, int n) {
     PyObject *out = PyDict_New();
     if (!out) return NULL;
     for (int i = 0; i < n; i++) {
-        PyObject *data = PyBytes_FromStringAndSize(cols[i].data ? cols[i].data : "",
-                                                   (Py_ssize_t)cols[i].len);
+        PyObject *data = take_column(&cols[i]);
         PyObject *pair = data ? Py_BuildValue("(sN)", spec[i].type, data) : NULL;
         if (!pair || PyDict_SetItemString(out, spec[i].name, pair)) {
             Py_XDECREF(pair);
@@ -748,8 +788,9 @@ static PyMethodDef decoder_methods[] = {
      "None (and no rows added) when the bytes are not in the subset this decoder reads:\n"
      "decode that message with protobuf instead."},
     {"finish", (PyCFunction)decoder_finish, METH_NOARGS,
-     "finish() -> dict: per table {column: (numpy dtype, bytes)}, plus 'strings' (the\n"
-     "interned strings that the u4 string columns index) and 'shapes' (lists of dims)."},
+     "finish() -> dict: per table {column: (numpy dtype, buffer)}, plus 'strings' (the\n"
+     "interned strings that the u4 string columns index) and 'shapes' (lists of dims).\n"
+     "The column buffers are handed over: the decoder's tables are empty afterwards."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -772,7 +813,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__stepstats(void) {
-    if (PyType_Ready(&DecoderType) < 0) return NULL;
+    if (PyType_Ready(&DecoderType) < 0 || PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&DecoderType);

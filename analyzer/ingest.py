@@ -50,12 +50,14 @@ _FG_PARTITION_GRAPHS = 1
 _DTYPE_NAMES = {v.number: v.name.removeprefix("DT_").lower()
                 for v in types_pb2.DataType.DESCRIPTOR.values}
 
+# lane, node_name and timeline_label repeat every step: categoricals until
+# model.derive_node_columns has used them as join keys (the Run holds strings).
 NODE_SCHEMA: Schema = {
     "step": pl.Int64,
     "exec_idx": pl.UInt32,
-    "lane": pl.String,
-    "node_name": pl.String,
-    "timeline_label": pl.String,
+    "lane": pl.Categorical,
+    "node_name": pl.Categorical,
+    "timeline_label": pl.Categorical,
     "all_start_us": pl.Int64,
     "op_start_rel_us": pl.Int64,
     "op_end_rel_us": pl.Int64,
@@ -320,12 +322,16 @@ def concat_step_frames(parts: list[StepFrames]) -> StepFrames:
 def _decoded_frames(result: dict[str, Any]) -> StepFrames:
     """The C decoder's columns -> frames: numbers as they are, string codes looked up."""
     strings = pl.Series(result["strings"], dtype=pl.String)
+    categories = strings.cast(pl.Categorical)
 
     def table(name: str, schema: Schema, text: tuple[str, ...] = ()) -> pl.DataFrame:
         cols = []
         for col, (dtype, buf) in result[name].items():
             values = pl.Series(col, np.frombuffer(buf, dtype=dtype))
-            cols.append(strings.gather(values).alias(col) if col in text else values)
+            if col in text:
+                table = categories if schema[col] == pl.Categorical else strings
+                values = table.gather(values).alias(col)
+            cols.append(values)
         return pl.DataFrame(cols).select(list(schema))
 
     outputs = table("outputs", {**OUTPUT_SCHEMA, "shape": pl.UInt32, "dtype": pl.Int32},

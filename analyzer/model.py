@@ -130,40 +130,51 @@ def _unify_device_names(nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
-    """Add device, lane_kind and op_type (+ op_type_source) to the executions frame.
+    """Add device, lane_kind and op_type (+ op_type_source) to the executions frame, and
+    node_name: the graph node of each execution (the raw name becomes stat_name).
 
     Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
     the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
-    Regexes run on the distinct lanes, names and labels (they repeat every step), then join.
+    Everything is computed on the distinct (worker, lane, name, label) keys, which repeat
+    every step, and joined back on those four columns as categoricals (hashing a million
+    long strings per join, or joining the whole frame, costs ten times more). The key
+    columns come back as strings.
     """
-    lanes = nodes.select("worker", "lane").unique().with_columns(
+    key_cols = ["worker", "lane", "node_name", "timeline_label"]
+    coded = nodes.select(pl.col(key_cols).cast(pl.Categorical))
+    keys = coded.unique().with_columns(pl.col(key_cols).cast(pl.String))
+    lanes = keys.select("worker", "lane").unique().with_columns(
         device=pl.coalesce(pl.col("lane").str.to_lowercase().str.extract(_DEVICE_PREFIX_RE, 1),
                            pl.col("lane").str.to_lowercase()),
         lane_kind=lane_kind_expr(pl.col("lane")),
     )
     lanes = _unify_device_names(lanes)
-    # GPU stream records name "node:kernel"; the graph node is the part before ':'.
-    names = nodes.select(stat_name="node_name").unique().with_columns(
-        node_name=pl.col("stat_name").str.split(":").list.first())
     ops = (
         graph_nodes.filter(pl.col("op") != "")
         .with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))
         .sort("rank", maintain_order=True)
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
-        .select("worker", pl.col("name").alias("node_name"), pl.col("op").alias("graph_op"))
+        .select("worker", pl.col("name").alias("graph_node"), pl.col("op").alias("graph_op"))
     )
-    labels = nodes.select("timeline_label").unique().with_columns(
-        label_op=pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1))
-    nodes = (
-        nodes.rename({"node_name": "stat_name"})
-        .join(names, on="stat_name", how="left")
+    derived = (
+        keys
+        # GPU stream records name "node:kernel"; the graph node is the part before ':'.
+        .with_columns(graph_node=pl.col("node_name").str.split(":").list.first(),
+                      label_op=pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1))
         .join(lanes, on=["worker", "lane"], how="left")
-        .join(ops, on=["worker", "node_name"], how="left")
-        .join(labels, on="timeline_label", how="left", nulls_equal=True)
+        .join(ops, on=["worker", "graph_node"], how="left")
+        .with_columns(
+            op_type=pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown")),
+            op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
+            .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
+            .otherwise(pl.lit("unknown")),
+        )
+        .select(pl.col(key_cols).cast(pl.Categorical), "graph_node", "device", "lane_kind",
+                "op_type", "op_type_source")
     )
-    return nodes.with_columns(
-        op_type=pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown")),
-        op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
-        .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
-        .otherwise(pl.lit("unknown")),
-    ).drop("graph_op", "label_op")
+    per_row = coded.join(derived, on=key_cols, how="left", nulls_equal=True,
+                         maintain_order="left")
+    return nodes.with_columns(pl.col(key_cols).cast(pl.String)).rename(
+        {"node_name": "stat_name"}).hstack(
+        per_row.select(pl.col("graph_node").alias("node_name"), "device", "lane_kind",
+                       "op_type", "op_type_source"))

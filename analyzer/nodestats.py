@@ -28,50 +28,69 @@ METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "pea
            "residual_bytes", "output_bytes", "occurrence"]
 
 
-def _counted_executions(run: Run) -> pl.DataFrame:
-    n = run.nodes.filter(pl.col("all_start_us") > 0)
+def _per_node(run: Run, step: int) -> pl.DataFrame:
+    """One row per (worker, node_name) that has executions: the tfprof metrics for `step`
+    (-1: average), `steps_run` (0 when no counted execution) and `exec_op`.
+
+    One pass over the executions, lazily (only the columns used are read): each metric is
+    masked per row, then everything is summed in a single group-by. The sum over steps of
+    per-step sums is the sum over executions, so the average is that sum integer-divided
+    by the number of steps the node ran in.
+    """
+    n = run.nodes.lazy()
+    counted = pl.col("all_start_us") > 0
+    # A node belongs to the first canonical device it runs on.
     canonical = (
-        n.filter(pl.col("lane_kind") == "device")
-        .sort("step", "exec_idx")
-        .group_by("worker", "node_name", maintain_order=True)
-        .agg(canonical=pl.col("device").first())
+        n.filter(counted & (pl.col("lane_kind") == "device"))
+        .group_by("worker", "node_name")
+        .agg(canonical=pl.col("device").sort_by("step", "exec_idx").first())
     )
     n = n.join(canonical, on=["worker", "node_name"], how="left")
+    cpu_lane = pl.col("lane_kind") == "device"
     # Executions on a second canonical device are dropped, as tfprof does.
-    return n.filter(
-        (pl.col("lane_kind") != "device") | pl.col("canonical").is_null()
-        | (pl.col("device") == pl.col("canonical"))
+    keep = counted & (~cpu_lane | pl.col("canonical").is_null()
+                      | (pl.col("device") == pl.col("canonical")))
+    if step >= 0:
+        keep = keep & (pl.col("step") == step)
+    us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
+    accel_lane = pl.col("lane_kind") == "stream_all"
+    on_canonical = cpu_lane & (pl.col("device") == pl.col("canonical"))
+
+    def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
+        return pl.when(keep & mask).then(value).otherwise(0)
+
+    masked = n.select(
+        "worker", "node_name", "canonical",
+        exec_op="op_type",
+        step_run=pl.when(keep).then(pl.col("step")),
+        cpu_micros=where(cpu_lane, us),
+        accelerator_micros=where(accel_lane, us),
+        micros=where(cpu_lane | accel_lane, us),
+        occurrence=where(cpu_lane, pl.lit(1, pl.Int64)),
+        requested_bytes=where(on_canonical, pl.col("mem_total_bytes") + pl.col("temp_bytes")
+                              + pl.col("persistent_bytes")),
+        peak_bytes=where(on_canonical, pl.col("mem_peak_bytes") + pl.col("temp_bytes")
+                         + pl.col("persistent_bytes")),
+        residual_bytes=where(on_canonical, pl.col("mem_live_bytes")
+                             + pl.col("persistent_bytes")),
+        output_bytes=where(on_canonical, pl.col("output_bytes")),
     )
+    steps_run = pl.col("step_run").drop_nulls().n_unique()
+    return masked.group_by("worker", "node_name").agg(
+        *[(pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
+        device=pl.col("canonical").first(),
+        steps_run=steps_run.cast(pl.UInt32),
+        exec_op=pl.col("exec_op").first(),
+    ).collect()
 
 
 def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
     """One row per executed (worker, node_name): the tfprof metrics for `step` (-1: average)."""
-    n = _counted_executions(run)
-    if step >= 0:
-        n = n.filter(pl.col("step") == step)
-    us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
-    on_canonical = (pl.col("lane_kind") == "device") & (pl.col("device") == pl.col("canonical"))
-    mem = lambda e: e.filter(on_canonical).sum()  # noqa: E731
-    cpu_lane = pl.col("lane_kind") == "device"
-    accel_lane = pl.col("lane_kind") == "stream_all"
-    per_step = n.group_by("worker", "node_name", "step").agg(
-        cpu_micros=us.filter(cpu_lane).sum(),
-        accelerator_micros=us.filter(accel_lane).sum(),
-        micros=us.filter(cpu_lane | accel_lane).sum(),
-        occurrence=cpu_lane.sum(),
-        requested_bytes=mem(pl.col("mem_total_bytes") + pl.col("temp_bytes")
-                            + pl.col("persistent_bytes")),
-        peak_bytes=mem(pl.col("mem_peak_bytes") + pl.col("temp_bytes")
-                       + pl.col("persistent_bytes")),
-        residual_bytes=mem(pl.col("mem_live_bytes") + pl.col("persistent_bytes")),
-        output_bytes=mem(pl.col("output_bytes")),
-        device=pl.col("canonical").first(),
-    )
-    return per_step.group_by("worker", "node_name").agg(
-        *[(pl.col(c).sum() // pl.len()).cast(pl.Int64) for c in METRICS],
-        device=pl.col("device").first(),
-        steps_run=pl.len(),
-    )
+    return _executed(_per_node(run, step))
+
+
+def _executed(per_node: pl.DataFrame) -> pl.DataFrame:
+    return per_node.filter(pl.col("steps_run") > 0).drop("exec_op")
 
 
 def _params(shape: pl.Expr) -> pl.Expr:
@@ -100,17 +119,14 @@ def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
 
 
 def _node_stats(run: Run, step: int) -> pl.DataFrame:
-    executed = executed_stats(run, step)
+    per_node = _per_node(run, step)
+    executed = _executed(per_node)
     graph = (
         run.graph_nodes.filter(pl.col("source") == "graph")
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
         .select("worker", "name", graph_op="op", params=_params(pl.col("shape")))
     )
-    exec_types = (
-        run.nodes.group_by("worker", "node_name")
-        .agg(exec_op=pl.col("op_type").first())
-        .rename({"node_name": "name"})
-    )
+    exec_types = per_node.select("worker", name="node_name", exec_op="exec_op")
     ex = executed.rename({"node_name": "name"})
     nodes = (
         graph.join(ex, on=["worker", "name"], how="full", coalesce=True)
