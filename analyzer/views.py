@@ -253,12 +253,19 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         start=_full_match_any(pl.col("name"), opts.start_name_regexes),
         trim=_full_match_any(pl.col("name"), opts.trim_name_regexes),
     )
-    chain = (  # strict ancestors of every node, with their flags
-        nodes.select("key", "level")
+    # Strict ancestors of every node, with their flags. An ancestor's key is a prefix of
+    # the node's key, cut where a part ends (per-row list slicing and joining is ~4x
+    # slower at thousands of code frames).
+    part_ends = (pl.col("key").str.split(sep).list.eval(pl.element().str.len_chars() + len(sep))
+                 .list.eval(pl.element().cum_sum()))
+    chain = (
+        nodes.select("key", "level", ends=part_ends)
         .with_columns(k=pl.int_ranges(1, pl.col("level")))
         .explode("k")
         .drop_nulls("k")
-        .with_columns(anc=pl.col("key").str.split(sep).list.head(pl.col("k")).list.join(sep))
+        .with_columns(anc=pl.col("key").str.head(pl.col("ends").list.get(pl.col("k") - 1)
+                                                 - len(sep)))
+        .drop("ends")
         .join(flags.select(pl.col("key").alias("anc"), a_start="start", a_trim="trim"),
               on="anc", how="left")
     )
