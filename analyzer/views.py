@@ -202,14 +202,15 @@ def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> Vi
         *[pl.col(m).sum() for m in ALL_METRICS],
     ).with_columns(accounted=_accounted(opts))
     # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
+    # The ancestor at level l is the key cut where its l-th part ends (as in
+    # _ancestor_chain); the parts are exploded alongside their levels.
     anc = (
-        items.select("key", "path", "accounted", *ALL_METRICS)
-        .with_columns(level=pl.int_ranges(1, pl.col("path").list.len() + 1))
-        .explode("level")
-        .with_columns(
-            ancestor=pl.col("path").list.head(pl.col("level")).list.join(sep),
-            anc_name=pl.col("path").list.get(pl.col("level") - 1),
-        )
+        items.select("key", "accounted", *ALL_METRICS, anc_name="path",
+                     ends=_part_ends(pl.col("path"), sep),
+                     level=pl.int_ranges(1, pl.col("path").list.len() + 1))
+        .explode("anc_name", "ends", "level")
+        .with_columns(ancestor=pl.col("key").str.head(pl.col("ends") - len(sep)))
+        .drop("ends")
     )
     nodes = (
         anc.group_by("ancestor")
@@ -253,27 +254,18 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         start=_full_match_any(pl.col("name"), opts.start_name_regexes),
         trim=_full_match_any(pl.col("name"), opts.trim_name_regexes),
     )
-    # Strict ancestors of every node, with their flags. An ancestor's key is a prefix of
-    # the node's key, cut where a part ends (per-row list slicing and joining is ~4x
-    # slower at thousands of code frames).
-    part_ends = (pl.col("key").str.split(sep).list.eval(pl.element().str.len_chars() + len(sep))
-                 .list.eval(pl.element().cum_sum()))
-    chain = (
-        nodes.select("key", "level", ends=part_ends)
-        .with_columns(k=pl.int_ranges(1, pl.col("level")))
-        .explode("k")
-        .drop_nulls("k")
-        .with_columns(anc=pl.col("key").str.head(pl.col("ends").list.get(pl.col("k") - 1)
-                                                 - len(sep)))
-        .drop("ends")
-        .join(flags.select(pl.col("key").alias("anc"), a_start="start", a_trim="trim"),
-              on="anc", how="left")
-    )
-    above = chain.group_by("key").agg(
-        under_start=pl.col("a_start").any(),
-        under_trim=pl.col("a_trim").any(),
-        start_level=pl.col("k").filter(pl.col("a_start")).min(),
-    )
+    simple = (_is_everything(opts.start_name_regexes) and not opts.trim_name_regexes
+              and not opts.account_displayed_op_only)
+    chain = None if simple else _ancestor_chain(nodes, flags, sep)
+    if chain is None:  # every ancestor is a start node and none is trimmed
+        above = nodes.select("key", under_start=pl.col("level") > 1,
+                             under_trim=pl.lit(False), start_level=pl.lit(1, pl.Int64))
+    else:
+        above = chain.group_by("key").agg(
+            under_start=pl.col("a_start").any(),
+            under_trim=pl.col("a_trim").any(),
+            start_level=pl.col("k").filter(pl.col("a_start")).min(),
+        )
     d = (
         nodes.join(above, on="key", how="left")
         .join(flags.select("key", "start", "trim"), on="key")
@@ -293,14 +285,9 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         & _shown(opts, self_counts=kind == "scopes")
     )
     shown = d.filter(pl.col("displayed"))
-    parent = (
-        chain.join(shown.select(anc="key"), on="anc", how="semi")
-        .sort("k", descending=True)
-        .unique(subset="key", keep="first")
-        .select("key", parent=pl.col("anc"))
-    )
-    rows = shown.join(parent, on="key", how="left")
+    rows = shown.join(_displayed_parents(nodes, shown, sep), on="key", how="left")
     if opts.account_displayed_op_only:
+        assert chain is not None
         rows = _displayed_totals(rows, chain)
         root = _root_totals(rows.filter(pl.col("parent").is_null()))
     else:
@@ -308,6 +295,51 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     rows = _order_tree(rows, opts)
     keep = ["key", "name", "parent", "depth", *ALL_METRICS, *[f"self_{m}" for m in ALL_METRICS]]
     return View(kind, rows.select(keep), root, opts)
+
+
+def _part_ends(parts: pl.Expr, sep: str) -> pl.Expr:
+    """Where each part of a key ends, counting one separator after each (in characters)."""
+    return parts.list.eval(pl.element().str.len_chars() + len(sep)).list.eval(
+        pl.element().cum_sum())
+
+
+def _ancestor_chain(nodes: pl.DataFrame, flags: pl.DataFrame, sep: str) -> pl.DataFrame:
+    """Every (node, strict ancestor) pair with the ancestor's level `k` and flags. An
+    ancestor's key is a prefix of the node's key, cut where a part ends (per-row list
+    slicing and joining is ~4x slower at thousands of code frames)."""
+    return (
+        nodes.select("key", "level", ends=_part_ends(pl.col("key").str.split(sep), sep))
+        .with_columns(k=pl.int_ranges(1, pl.col("level")))
+        .explode("k")
+        .drop_nulls("k")
+        .with_columns(anc=pl.col("key").str.head(pl.col("ends").list.get(pl.col("k") - 1)
+                                                 - len(sep)))
+        .drop("ends")
+        .join(flags.select(pl.col("key").alias("anc"), a_start="start", a_trim="trim"),
+              on="anc", how="left")
+    )
+
+
+def _displayed_parents(nodes: pl.DataFrame, shown: pl.DataFrame, sep: str) -> pl.DataFrame:
+    """key -> parent: the nearest displayed strict ancestor of each displayed node (none
+    for top nodes). Climbs one level per round, only while some parent is hidden."""
+    last_part = pl.col("key").str.split(sep).list.last().str.len_chars()
+    up = nodes.select(
+        "key",
+        parent=pl.when(pl.col("level") > 1)
+        .then(pl.col("key").str.head(pl.col("key").str.len_chars() - last_part - len(sep))),
+    )
+    displayed = shown.get_column("key").implode()
+    cur = shown.select("key").join(up, on="key", how="left")
+    while True:
+        hidden = pl.col("parent").is_not_null() & ~pl.col("parent").is_in(displayed)
+        if not cur.select(hidden.any()).item():
+            return cur
+        cur = (
+            cur.join(up.rename({"key": "parent", "parent": "grand"}), on="parent", how="left")
+            .with_columns(parent=pl.when(hidden).then(pl.col("grand")).otherwise("parent"))
+            .drop("grand")
+        )
 
 
 def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
