@@ -152,16 +152,19 @@ class RunDir:
     manifest: dict[str, Any]
 
 
-def _step_files(steps_dir: Path) -> dict[int, Path]:
+def _step_files(steps_dir: Path, first_only: bool = False) -> dict[int, Path]:
+    """Step files by global step (scandir: no stat per file, which a big run feels)."""
     found: dict[int, Path] = {}
     try:
-        entries = list(steps_dir.iterdir())
+        with os.scandir(steps_dir) as entries:
+            for entry in entries:
+                m = STEP_FILE_RE.match(entry.name)
+                if m and entry.is_file():
+                    found[int(m.group(1))] = Path(entry.path)
+                    if first_only:
+                        break
     except OSError:
         return found
-    for p in entries:
-        m = STEP_FILE_RE.match(p.name)
-        if m and p.is_file():
-            found[int(m.group(1))] = p
     return dict(sorted(found.items()))
 
 
@@ -176,7 +179,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def is_run_dir(path: Path) -> bool:
     """A run is a directory with a steps/ folder holding at least one step file."""
-    return path.is_dir() and bool(_step_files(path / STEPS_DIR))
+    return path.is_dir() and bool(_step_files(path / STEPS_DIR, first_only=True))
 
 
 def _check_manifest(path: Path, manifest: dict[str, Any]) -> None:
