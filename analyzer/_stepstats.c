@@ -38,6 +38,7 @@ static int buf_reserve(Buf *b, size_t extra) {
 }
 
 static int buf_put(Buf *b, const void *v, size_t n) {
+    if (n == 0) return 0; /* memcpy of nothing from or to a NULL buffer is still UB */
     if (buf_reserve(b, n)) return -1;
     memcpy(b->data + b->len, v, n);
     b->len += n;
@@ -161,7 +162,8 @@ static int64_t intern(Interner *t, const uint8_t *p, size_t n, Validator valid) 
     for (;;) {
         Slot *s = &t->slots[j];
         if (!s->code) break;
-        if (s->hash == h && s->len == n && memcmp(t->arena.data + s->offset, p, n) == 0)
+        if (s->hash == h && s->len == n
+            && (n == 0 || memcmp(t->arena.data + s->offset, p, n) == 0))
             return s->code - 1;
         j = (j + 1) & mask;
     }
