@@ -1,0 +1,95 @@
+"""Fuzz the C StepStats decoder under AddressSanitizer + UBSan (not part of pytest: slow).
+
+Builds analyzer/_stepstats.c with -fsanitize=address,undefined into a temp dir, then feeds
+it mutated StepStats from the committed fixtures (the mutations of
+tests/test_native_decoder.py). Any memory error or undefined behaviour aborts with the
+sanitizer's report; a clean run prints how many inputs it decoded.
+
+    python tests/fuzz_native_decoder.py [--iterations 150000] [--seed 7]
+
+Needs gcc and the Python headers. tests/test_native_decoder.py checks, on fewer inputs,
+that whatever the decoder accepts equals protobuf's parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_FIXTURES = ("plain_session", "cnn", "gpu_mnist", "rnn_while", "gpu_kittibox",
+                 "memory_growth")
+
+
+def build(out_dir: Path) -> Path:
+    so = out_dir / "_stepstats_sanitized.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined",
+         "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-std=c99",
+         f"-I{sysconfig.get_paths()['include']}", str(ROOT / "analyzer" / "_stepstats.c"),
+         "-o", str(so)],
+        check=True)
+    return so
+
+
+def fuzz(so: Path, iterations: int, seed: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    from analyzer import ingest
+    from analyzer.rundir import find_runs
+    from tests.test_native_decoder import _mutations
+
+    loader = importlib.machinery.ExtensionFileLoader("_stepstats", str(so))
+    spec = importlib.util.spec_from_loader("_stepstats", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    seeds = []
+    for name in SEED_FIXTURES:
+        run = find_runs(ROOT / "fixtures" / "runs" / name)[0]
+        raw = next(iter(run.steps.values())).read_bytes()
+        seeds.append(bytes(ingest.split_run_metadata(raw)[0]))
+    rng = random.Random(seed)
+    accepted = 0
+    for _ in range(iterations):
+        data = rng.choice(seeds)
+        if len(data) > 20_000:  # a window of the big steps keeps iterations fast
+            start = rng.randrange(len(data) - 20_000)
+            data = data[start:start + 20_000]
+        for mutated in _mutations(data, rng, 1):
+            decoder = module.Decoder()
+            if decoder.add(mutated, 3):
+                accepted += 1
+                decoder.finish()
+    print(f"{iterations} mutated inputs, {accepted} accepted, no sanitizer report")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=150_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--_so", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._so:  # the child, with the sanitizer runtimes preloaded
+        fuzz(args._so, args.iterations, args.seed)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        so = build(Path(tmp))
+        libs = [subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+                for lib in ("libasan.so", "libubsan.so")]
+        env = {**os.environ, "LD_PRELOAD": " ".join(libs), "ASAN_OPTIONS": "detect_leaks=0"}
+        return subprocess.run([sys.executable, __file__, "--iterations",
+                               str(args.iterations), "--seed", str(args.seed), "--_so", str(so)],
+                              env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
