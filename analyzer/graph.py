@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 import polars as pl
 
 from analyzer.model import Run
@@ -138,66 +139,122 @@ def _span(frame: pl.DataFrame) -> int:
 
 def number_nodes(x: pl.DataFrame, e: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Integer node ids, in (worker, name) order, so that joins key on integers: `x`
-    (with worker, node_name) gains `nid`; edges (worker, src, dst) between nodes of x
-    become (src_nid, dst_nid), self-loops left out."""
+    (with worker, node_name) gains `nid` (rows in their order); edges (worker, src, dst)
+    between nodes of x become (src_nid, dst_nid), self-loops left out."""
     ids = (x.select("worker", "node_name").unique().sort("worker", "node_name")
            .with_row_index("nid"))
+    return x.join(ids, on=["worker", "node_name"], maintain_order="left"), edge_ids(ids, e)
+
+
+def edge_ids(ids: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
+    """Edges (worker, src, dst) as (src_nid, dst_nid) between the nodes of `ids` (worker,
+    node_name, nid), self-loops left out."""
     src = ids.select("worker", src="node_name", src_nid="nid")
     dst = ids.select("worker", dst="node_name", dst_nid="nid")
-    e = (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
-         .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
-    return x.join(ids, on=["worker", "node_name"]), e
+    return (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
+            .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
+
+
+def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
+              ) -> np.ndarray:
+    """For each query (q_key, q_time), the index of the row with the same key and the
+    greatest time <= q_time (the last row in index order on ties); -1 when there is none."""
+    out = np.full(q_key.size, -1, np.int64)
+    if not key.size or not q_key.size:
+        return out
+    lo = min(int(time.min()), int(q_time.min()))
+    span = max(int(time.max()), int(q_time.max())) - lo + 1
+    if (max(int(key.max()), int(q_key.max())) + 1) * span >= 1 << 62:  # times by rank instead
+        _, rank = np.unique(np.concatenate([time, q_time]), return_inverse=True)
+        time, q_time = rank[:time.size].reshape(-1), rank[time.size:].reshape(-1)
+        lo, span = 0, time.size + q_time.size
+    both = key * span + (time - lo)
+    order = np.argsort(both, kind="stable")  # ties in index order
+    both = both[order]
+    pos = np.searchsorted(both, q_key * span + (q_time - lo), side="right") - 1
+    ok = pos >= 0
+    ok[ok] = both[pos[ok]] // span == q_key[ok]
+    out[ok] = order[pos[ok]]
+    return out
+
+
+def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.ndarray,
+              src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The critical path of each group of executions (a worker's step), see critical_path.
+
+    Executions are rows: `group` (dense, in the order paths are wanted), `nid` (node id,
+    in name order within a worker; ties break by it), start and end times. Edges
+    src -> dst are node ids. Returns the rows on the paths, group by group, each path in
+    order, and each row's position on its path."""
+    n = group.size
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    nodes = int(max(nid.max(), src.max(initial=0), dst.max(initial=0))) + 1
+    by_dst = np.argsort(dst, kind="stable")
+    e_src = src[by_dst]
+    degree = np.bincount(dst, minlength=nodes)
+    first_edge = np.concatenate([[0], np.cumsum(degree)])
+    # One query per (execution, input edge): the input's execution that ended last before
+    # this one started.
+    count = degree[nid]
+    q_row = np.repeat(np.arange(n), count)
+    within = np.arange(q_row.size) - np.repeat(np.cumsum(count) - count, count)
+    q_src = e_src[first_edge[nid[q_row]] + within]
+    hit = asof_last(group * nodes + nid, end, group[q_row] * nodes + q_src, start[q_row])
+    found = hit >= 0
+    q_row, q_src, hit = q_row[found], q_src[found], hit[found]
+    # Over the inputs: the one that ended last; ties: the source first in name order.
+    pred = np.full(n, -1, np.int64)
+    if q_row.size:  # q_row is sorted: each execution's queries are a run
+        starts = np.flatnonzero(np.r_[True, q_row[1:] != q_row[:-1]])
+        size = np.diff(np.r_[starts, q_row.size])
+        h_end = end[hit]
+        best = h_end == np.repeat(np.maximum.reduceat(h_end, starts), size)
+        src_best = np.where(best, q_src, nodes)
+        best &= src_best == np.repeat(np.minimum.reduceat(src_best, starts), size)
+        pred[q_row[best]] = hit[best]
+    # Each group's path ends at its execution that ends last (ties: name order, then row).
+    groups = int(group.max()) + 1
+    g_end = np.full(groups, np.iinfo(np.int64).min)
+    np.maximum.at(g_end, group, end)
+    last = end == g_end[group]
+    g_nid = np.full(groups, nodes)
+    np.minimum.at(g_nid, group[last], nid[last])
+    last &= nid == g_nid[group]
+    cand = np.flatnonzero(last)
+    cand = cand[np.argsort(group[cand], kind="stable")]
+    lasts = cand[np.r_[True, group[cand][1:] != group[cand][:-1]]].tolist()
+    back = pred.tolist()
+    rows: list[int] = []
+    order: list[int] = []
+    for last in lasts:
+        chain = [last]
+        seen = {last}
+        while (p := back[chain[-1]]) >= 0 and p not in seen:
+            chain.append(p)
+            seen.add(p)
+        rows.extend(reversed(chain))
+        order.extend(range(len(chain)))
+    return np.asarray(rows, np.int64), np.asarray(order, np.int64)
 
 
 def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
     """The rows of `x` (executions of any steps and workers) on the critical path of their
     (worker, step), in path order, with `wait_ns`. See critical_path for the rule."""
-    x = x.with_row_index("gid")
     x, e = number_nodes(x, edges(run).select("worker", "src", "dst").unique())
-    waiting = (
-        x.select("step", d_gid="gid", dst_nid="nid", d_start="start_ns")
-        .join(e, on="dst_nid")
-        .sort("d_start")
-    )
-    finished = x.select("step", s_gid="gid", src_nid="nid", s_end="end_ns")
-    matched = waiting.join_asof(
-        finished.sort("s_end"), left_on="d_start", right_on="s_end",
-        by=["step", "src_nid"], strategy="backward", check_sortedness=False,
-    ).drop_nulls("s_gid")
-    # Ties: the source first in name order (nid follows it within a worker).
-    pred_rows = (
-        matched.sort(["d_gid", "s_end", "src_nid"], descending=[False, True, False])
-        .unique(subset="d_gid", keep="first")
-    )
-    pred: list[int | None] = (
-        x.select("gid").join(pred_rows.select("d_gid", "s_gid"), left_on="gid",
-                             right_on="d_gid", how="left")
-        .sort("gid").get_column("s_gid").to_list()
-    )
-    last = (
-        x.sort(["end_ns", "node_name"], descending=[True, False])
-        .group_by("worker", "step", maintain_order=True).agg(pl.col("gid").first())
-        .get_column("gid").to_list()
-    )
-    gids: list[int] = []
-    order: list[int] = []
-    for g in last:
-        chain = [g]
-        seen = {g}
-        while (p := pred[chain[-1]]) is not None and p not in seen:
-            chain.append(p)
-            seen.add(p)
-        gids.extend(reversed(chain))
-        order.extend(range(len(chain)))
-    path = pl.DataFrame({"gid": gids, "order": order},
-                        schema={"gid": pl.UInt32, "order": pl.Int64})
-    return (
-        x.join(path, on="gid").sort("worker", "step", "order").drop("gid", "nid", "order")
-        # Time between the predecessor's end and this op's start: a wait the dataflow
-        # alone does not explain (a busy thread, a loop frame, a queue).
-        .with_columns(wait_ns=(pl.col("start_ns") - pl.col("end_ns").shift(1))
-                      .over("worker", "step").fill_null(0))
-    )
+    group = x.select(pl.struct("worker", "step").rank("dense").cast(pl.Int64) - 1)
+    rows, order = path_rows(
+        group.to_series().to_numpy(), x["nid"].cast(pl.Int64).to_numpy(),
+        x["start_ns"].to_numpy(), x["end_ns"].to_numpy(),
+        e["src_nid"].cast(pl.Int64).to_numpy(), e["dst_nid"].cast(pl.Int64).to_numpy())
+    path = x.drop("nid")[rows]
+    start, end = path["start_ns"].to_numpy(), path["end_ns"].to_numpy()
+    # Time between the predecessor's end and this op's start: a wait the dataflow alone
+    # does not explain (a busy thread, a loop frame, a queue).
+    wait = np.zeros(rows.size, np.int64)
+    wait[1:] = start[1:] - end[:-1]
+    wait[order == 0] = 0
+    return path.with_columns(wait_ns=pl.Series(wait))
 
 
 def critical_paths(run: Run, steps: list[int] | None = None) -> pl.DataFrame:
