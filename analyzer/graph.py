@@ -158,7 +158,35 @@ def edge_ids(ids: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
 def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
               ) -> np.ndarray:
     """For each query (q_key, q_time), the index of the row with the same key and the
-    greatest time <= q_time (the last row in index order on ties); -1 when there is none."""
+    greatest time <= q_time (the last row in index order on ties); -1 when there is none.
+    Keys are small non-negative integers."""
+    out = np.full(q_key.size, -1, np.int64)
+    if not key.size or not q_key.size:
+        return out
+    width = max(int(key.max()), int(q_key.max())) + 1
+    if width > 4 * (key.size + q_key.size) + 4096:
+        return _asof_sorted(key, time, q_key, q_time)
+    # A key with one row (a node that ran once in the step) needs no search.
+    count = np.bincount(key, minlength=width)
+    only = np.zeros(width, np.int64)
+    once = count[key] == 1
+    only[key[once]] = np.flatnonzero(once)
+    q_count = count[q_key]
+    single = np.flatnonzero(q_count == 1)
+    cand = only[q_key[single]]
+    hit = time[cand] <= q_time[single]
+    out[single[hit]] = cand[hit]
+    many = np.flatnonzero(q_count > 1)
+    if many.size:
+        rows = np.flatnonzero(~once)
+        found = _asof_sorted(key[rows], time[rows], q_key[many], q_time[many])
+        out[many] = np.where(found >= 0, rows[found], -1)
+    return out
+
+
+def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
+                 ) -> np.ndarray:
+    """asof_last by sorting the rows by (key, time) and searching."""
     out = np.full(q_key.size, -1, np.int64)
     if not key.size or not q_key.size:
         return out
@@ -178,6 +206,9 @@ def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.n
     return out
 
 
+WALK_ROUNDS = 1000  # paths walked in lockstep up to this length; then all links at once
+
+
 def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.ndarray,
               src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The critical path of each group of executions (a worker's step), see critical_path.
@@ -189,53 +220,109 @@ def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.nda
     n = group.size
     if not n:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    nodes = int(max(nid.max(), src.max(initial=0), dst.max(initial=0))) + 1
-    by_dst = np.argsort(dst, kind="stable")
-    e_src = src[by_dst]
-    degree = np.bincount(dst, minlength=nodes)
-    first_edge = np.concatenate([[0], np.cumsum(degree)])
-    # One query per (execution, input edge): the input's execution that ended last before
-    # this one started.
-    count = degree[nid]
-    q_row = np.repeat(np.arange(n), count)
-    within = np.arange(q_row.size) - np.repeat(np.cumsum(count) - count, count)
-    q_src = e_src[first_edge[nid[q_row]] + within]
-    hit = asof_last(group * nodes + nid, end, group[q_row] * nodes + q_src, start[q_row])
-    found = hit >= 0
-    q_row, q_src, hit = q_row[found], q_src[found], hit[found]
-    # Over the inputs: the one that ended last; ties: the source first in name order.
-    pred = np.full(n, -1, np.int64)
-    if q_row.size:  # q_row is sorted: each execution's queries are a run
-        starts = np.flatnonzero(np.r_[True, q_row[1:] != q_row[:-1]])
-        size = np.diff(np.r_[starts, q_row.size])
-        h_end = end[hit]
-        best = h_end == np.repeat(np.maximum.reduceat(h_end, starts), size)
-        src_best = np.where(best, q_src, nodes)
-        best &= src_best == np.repeat(np.minimum.reduceat(src_best, starts), size)
-        pred[q_row[best]] = hit[best]
+    links = _Links(group, nid, start, end, src, dst)
     # Each group's path ends at its execution that ends last (ties: name order, then row).
     groups = int(group.max()) + 1
     g_end = np.full(groups, np.iinfo(np.int64).min)
     np.maximum.at(g_end, group, end)
     last = end == g_end[group]
-    g_nid = np.full(groups, nodes)
+    g_nid = np.full(groups, links.nodes)
     np.minimum.at(g_nid, group[last], nid[last])
     last &= nid == g_nid[group]
     cand = np.flatnonzero(last)
     cand = cand[np.argsort(group[cand], kind="stable")]
-    lasts = cand[np.r_[True, group[cand][1:] != group[cand][:-1]]].tolist()
-    back = pred.tolist()
-    rows: list[int] = []
-    order: list[int] = []
-    for last in lasts:
-        chain = [last]
-        seen = {last}
-        while (p := back[chain[-1]]) >= 0 and p not in seen:
-            chain.append(p)
-            seen.add(p)
-        rows.extend(reversed(chain))
-        order.extend(range(len(chain)))
-    return np.asarray(rows, np.int64), np.asarray(order, np.int64)
+    heads = cand[np.r_[True, group[cand][1:] != group[cand][:-1]]]
+    # Walk the paths back, all at once: each round links the head of every path to its
+    # predecessor. A path stops at an execution without one (or one it already holds).
+    chain = np.arange(heads.size)
+    seen = np.zeros(n, bool)
+    seen[heads] = True
+    walked_rows, walked_chain = [heads], [chain]
+    for _ in range(WALK_ROUNDS):
+        if not heads.size:
+            break
+        pred = links.predecessors(heads)
+        keep = pred >= 0
+        keep[keep] = ~seen[pred[keep]]
+        heads, chain = pred[keep], chain[keep]
+        seen[heads] = True
+        walked_rows.append(heads)
+        walked_chain.append(chain)
+    rows = np.concatenate(walked_rows)
+    chains = np.concatenate(walked_chain)
+    depth = np.concatenate([np.full(r.size, i, np.int64) for i, r in enumerate(walked_rows)])
+    if heads.size:  # long paths: link every execution, then follow the links in Python
+        back = links.predecessors(np.arange(n)).tolist()
+        more_rows: list[int] = []
+        more_chain: list[int] = []
+        more_depth: list[int] = []
+        for h, c in zip(heads.tolist(), chain.tolist(), strict=True):
+            d = WALK_ROUNDS
+            while (p := back[h]) >= 0 and not seen[p]:
+                seen[p] = True
+                d += 1
+                more_rows.append(p)
+                more_chain.append(c)
+                more_depth.append(d)
+                h = p
+        rows = np.concatenate([rows, np.asarray(more_rows, np.int64)])
+        chains = np.concatenate([chains, np.asarray(more_chain, np.int64)])
+        depth = np.concatenate([depth, np.asarray(more_depth, np.int64)])
+    o = np.lexsort((-depth, chains))
+    rows, chains, depth = rows[o], chains[o], depth[o]
+    length = np.bincount(chains, minlength=int(chains.max()) + 1)
+    return rows, length[chains] - 1 - depth
+
+
+class _Links:
+    """Each execution's predecessor: over its graph inputs, the input's execution (same
+    group) that ended last at or before it started; ties: the input first in name order,
+    then its last execution in row order."""
+
+    def __init__(self, group: np.ndarray, nid: np.ndarray, start: np.ndarray,
+                 end: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
+        self.nodes = int(max(nid.max(), src.max(initial=0), dst.max(initial=0))) + 1
+        self.group, self.nid, self.start, self.end = group, nid, start, end
+        by_dst = np.argsort(dst, kind="stable")
+        self.e_src = src[by_dst]
+        self.degree = np.bincount(dst, minlength=self.nodes)
+        self.first_edge = np.concatenate([[0], np.cumsum(self.degree)])
+        key = group * self.nodes + nid
+        lo = min(int(start.min()), int(end.min()))
+        span = max(int(start.max()), int(end.max())) - lo + 1
+        t_end, t_start = end - lo, start - lo
+        if (int(key.max()) + 1) * span >= 1 << 62:  # times by rank instead
+            _, rank = np.unique(np.concatenate([end, start]), return_inverse=True)
+            rank = rank.reshape(-1)
+            t_end, t_start = rank[:end.size], rank[end.size:]
+            span = 2 * end.size
+        self.span, self.t_start = span, t_start
+        both = key * span + t_end
+        self.order = np.argsort(both, kind="stable")  # ties in row order
+        self.sorted = both[self.order]
+
+    def predecessors(self, rows: np.ndarray) -> np.ndarray:
+        count = self.degree[self.nid[rows]]
+        q = np.repeat(np.arange(rows.size), count)
+        within = np.arange(q.size) - np.repeat(np.cumsum(count) - count, count)
+        q_rows = rows[q]
+        q_src = self.e_src[self.first_edge[self.nid[q_rows]] + within]
+        q_key = self.group[q_rows] * self.nodes + q_src
+        pos = np.searchsorted(self.sorted, q_key * self.span + self.t_start[q_rows],
+                              side="right") - 1
+        ok = pos >= 0
+        ok[ok] = self.sorted[pos[ok]] // self.span == q_key[ok]
+        q, q_src, hit = q[ok], q_src[ok], self.order[pos[ok]]
+        pred = np.full(rows.size, -1, np.int64)
+        if q.size:  # q is sorted: each row's inputs are a run
+            starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+            size = np.diff(np.r_[starts, q.size])
+            h_end = self.end[hit]
+            best = h_end == np.repeat(np.maximum.reduceat(h_end, starts), size)
+            src_best = np.where(best, q_src, self.nodes)
+            best &= src_best == np.repeat(np.minimum.reduceat(src_best, starts), size)
+            pred[q[best]] = hit[best]
+        return pred
 
 
 def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
