@@ -427,25 +427,37 @@ def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
     a = run.allocations.filter(pl.col("alloc_us") > 0)
     if steps is not None:
         a = a.filter(pl.col("step").is_in(steps))
-    a = (
-        a.sort(*key, "alloc_us")
-        .with_columns(value=pl.col("alloc_bytes").cum_sum().over(key))
-        # The value after the last record of each timestamp.
-        .filter(pl.struct(*key, "alloc_us").is_last_distinct())
-        .with_columns(_n=pl.len().over(key))
-    )
-    if a.height and int(a.select(pl.col("_n").max()).item()) > points:
+    if not a.height:
+        return pl.DataFrame(schema={"worker": pl.String, "step": pl.Int64, "name": pl.String,
+                                    "ts": pl.Int64, "value": pl.Int64})
+    code, k = group_codes(a, key)
+    t, v = a["alloc_us"].to_numpy(), a["alloc_bytes"].to_numpy()
+    o = np.lexsort((t, code))
+    code, t, v = code[o], t[o], v[o]
+    fresh = np.r_[True, code[1:] != code[:-1]]  # the first record of its key
+    total = np.cumsum(v)
+    value = total - (total - v)[np.flatnonzero(fresh)][np.cumsum(fresh) - 1]
+    # The value after the last record of each timestamp.
+    last = np.r_[fresh[1:] | (t[1:] != t[:-1]), True]
+    rows, code, t, value = o[last], code[last], t[last], value[last]
+    count = np.bincount(code, minlength=k)
+    names = a[_representatives(code, k)].select(name=jstr(pl.col("allocator_name")))["name"]
+    c = a[rows].select("worker", "allocator_name", "step").with_columns(
+        alloc_us=pl.Series(t, dtype=pl.Int64), value=pl.Series(value, dtype=pl.Int64),
+        name=names.gather(code), _n=pl.Series(count[code]))
+    if c.height and int(count.max()) > points:
         t0, t1 = pl.col("alloc_us").min().over(key), pl.col("alloc_us").max().over(key)
         bucket = (pl.col("alloc_us") - t0) * points // (t1 - t0 + 1)
-        many = a.filter(pl.col("_n") > points)
-        peaks = many.group_by(*key, bucket.alias("b")).agg(
+        many = c.filter(pl.col("_n") > points)
+        peaks = many.group_by(*key, "name", bucket.alias("b")).agg(
             alloc_us=pl.col("alloc_us").min(), value=pl.col("value").max())
-        lasts = many.group_by(*key).agg(pl.col("alloc_us").last(), pl.col("value").last())
-        a = pl.concat([a.filter(pl.col("_n") <= points).select(*key, "alloc_us", "value"),
-                       peaks.drop("b"), lasts.select(peaks.drop("b").columns)])
-        a = a.unique([*key, "alloc_us"], keep="first", maintain_order=True)
-    return a.select("worker", "step", ts="alloc_us", value="value",
-                    name=jstr(pl.col("allocator_name")))
+        lasts = many.group_by(*key, "name").agg(pl.col("alloc_us").last(),
+                                                 pl.col("value").last())
+        cols = [*key, "name", "alloc_us", "value"]
+        c = pl.concat([c.filter(pl.col("_n") <= points).select(cols), peaks.select(cols),
+                       lasts.select(cols)])
+        c = c.unique([*key, "alloc_us"], keep="first", maintain_order=True)
+    return c.select("worker", "step", "name", ts="alloc_us", value="value")
 
 
 def _counter_part(c: pl.DataFrame) -> Part:
