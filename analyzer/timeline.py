@@ -13,6 +13,7 @@ object (`Part`). analyzer/render/chrome_trace.py streams those parts to a file.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +217,7 @@ class _Executions:
     ts: np.ndarray
     dur: np.ndarray
     end: np.ndarray
+    group: np.ndarray  # per row: a dense id of its (worker, step)
 
 
 def _executions(run: Run, steps: list[int] | None) -> _Executions:
@@ -231,7 +233,8 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
                        how="left", nulls_equal=True, maintain_order="left")
     ts = n["all_start_us"].to_numpy()
     dur = n["all_end_rel_us"].to_numpy()
-    return _Executions(n, code, nodes, ts, dur, ts + dur)
+    group, _ = group_codes(n, ["worker", "step"])
+    return _Executions(n, code, nodes, ts, dur, ts + dur, group)
 
 
 def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> pl.Series:
@@ -342,10 +345,16 @@ def _tail(rest: list[Any]) -> pl.Expr:
 
 
 def _step_rows(ex: _Executions) -> pl.DataFrame:
+    groups = int(ex.group.max(initial=-1)) + 1
+    ts = np.full(groups, np.iinfo(np.int64).max)
+    np.minimum.at(ts, ex.group, ex.ts)
+    end = np.full(groups, np.iinfo(np.int64).min)
+    np.maximum.at(end, ex.group, ex.end)
     return (
-        ex.frame.select("worker", "step", ts=pl.Series(ex.ts), end=pl.Series(ex.end))
-        .group_by("worker", "step")
-        .agg(ts=pl.col("ts").min(), end=pl.col("end").max(), node_stats=pl.len())
+        ex.frame[_representatives(ex.group, groups)].select("worker", "step")
+        .with_columns(ts=pl.Series(ts), end=pl.Series(end),
+                      node_stats=pl.Series(np.bincount(ex.group, minlength=groups),
+                                           dtype=pl.UInt32))
         .with_columns(dur=pl.col("end") - pl.col("ts"), pid=pl.lit(0, pl.Int64))
         .sort("worker", "step")
     )
@@ -488,8 +497,17 @@ def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group
 
 
 def build_trace(run: Run, options: TimelineOptions) -> Trace:
+    # The memory counters and then the flows are built in a second thread while this one
+    # builds the rest (numpy and polars release the GIL for their array work).
+    with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
+        return _build(run, options, pool)
+
+
+def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trace:
     steps = list(options.steps)
     subset = None if set(steps) == set(run.steps) else steps  # None: no filtering needed
+    counters = (pool.submit(_counters, run, subset, options.max_counter_points)
+                if options.memory else None)
     ex = _executions(run, subset)
     nodes = ex.nodes
     procs = lanes.processes(nodes, run.workers)
@@ -515,13 +533,7 @@ def build_trace(run: Run, options: TimelineOptions) -> Trace:
     if options.critical_path:
         assert e is not None
         nid, cp_edges = _node_ids(nodes, e.select("worker", "src", "dst").unique())
-        group, _ = group_codes(ex.frame, ["worker", "step"])
-        # Paths in (worker, step) order, as critical_paths gives them.
-        order_ws = ex.frame.select("worker", "step").with_columns(g=pl.Series(group)).unique(
-            "g").sort("worker", "step")["g"].to_numpy()
-        rank = np.empty(order_ws.size, np.int64)
-        rank[order_ws] = np.arange(order_ws.size)
-        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, cp_edges, rank[group])
+        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, cp_edges, ex.group)
         cp_track = tables[2].select("pid", "track_id")
         by_pid = np.full(int(procs["pid"].to_numpy().max(initial=0)) + 1, -1, np.int64)
         by_pid[cp_track["pid"].to_numpy()] = cp_track["track_id"].to_numpy()
@@ -530,6 +542,12 @@ def build_trace(run: Run, options: TimelineOptions) -> Trace:
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
     tid = placed[0]["tid"].to_numpy()
+    flows = None
+    if options.dataflow:
+        assert e is not None
+        flow_e = e.filter(~pl.col("control")).select("worker", "src", "dst").unique()
+        flows = pool.submit(lambda: _flows(ex, *_node_ids(nodes, flow_e), step, pid[code],
+                                           tid))
     nodes = nodes.with_columns(head=_head("Op"))
     op = pl.DataFrame({
         "head": nodes["head"].gather(code), "step": step,
@@ -537,26 +555,27 @@ def build_trace(run: Run, options: TimelineOptions) -> Trace:
         "tid": tid, "ts": ex.ts, "dur": ex.dur})
     parts = [Part("op", op, _tail([pl.lit(',"outputs":'), "outputs", pl.lit(',"bytes":'),
                                    "bytes"]))]
-    if options.dataflow:
-        assert e is not None
-        fnid, flow_edges = _node_ids(nodes, e.filter(~pl.col("control"))
-                                     .select("worker", "src", "dst").unique())
-        parts += _flow_parts(_flows(ex, fnid, flow_edges, step, pid[code], tid))
-    parts.append(Part("step", placed[1], _x("Step", jstr(pl.concat_str(
+    step_part = Part("step", placed[1], _x("Step", jstr(pl.concat_str(
         pl.lit("step "), pl.col("step"))), [pl.lit('"step":'), "step", pl.lit(',"worker":'),
                                              jstr(pl.col("worker")), pl.lit(',"node_stats":'),
-                                             "node_stats"])))
+                                             "node_stats"]))
+    cp_part = None
     if options.critical_path:
         head = nodes.select(_head("CriticalPath"))["head"]
         cp = pl.DataFrame({
             "head": head.gather(code[cp_rows]), "step": step[cp_rows], "order": cp_order,
             "wait_ns": cp_wait, "tid": placed[2]["tid"], "ts": ex.ts[cp_rows],
             "dur": ex.dur[cp_rows]})
-        parts.append(Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
-                                                      pl.lit(',"wait_ns":'), "wait_ns"])))
+        cp_part = Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
+                                                   pl.lit(',"wait_ns":'), "wait_ns"]))
+    if flows is not None:
+        parts += _flow_parts(flows.result())
+    parts.append(step_part)
+    if cp_part is not None:
+        parts.append(cp_part)
     with_counters: list[str] = []
-    if options.memory:
-        c = _counters(run, subset, options.max_counter_points).join(
+    if counters is not None:
+        c = counters.result().join(
             procs.filter(pl.col("device").is_null()).select("worker", "pid"), on="worker")
         parts.append(_counter_part(c))
         with_counters = c.get_column("worker").unique().to_list()
