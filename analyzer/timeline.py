@@ -13,7 +13,7 @@ object (`Part`). analyzer/render/chrome_trace.py streams those parts to a file.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,14 +44,26 @@ class TimelineOptions:
     max_counter_points: int = 2000  # per allocator per step
 
 
-@dataclass
 class Part:
-    """Events of one kind: a frame with one row per event, and the expression that renders
-    a row as one JSON object."""
+    """Events of one kind: a frame with one row per event (or the future of one, still
+    being built in a second thread), and the expression that renders a row as one JSON
+    object."""
 
-    kind: str
-    frame: pl.DataFrame
-    line: pl.Expr
+    def __init__(self, kind: str, frame: pl.DataFrame | Future[pl.DataFrame],
+                 line: pl.Expr) -> None:
+        self.kind = kind
+        self.line = line
+        self._frame = frame
+
+    @property
+    def ready(self) -> bool:
+        return not isinstance(self._frame, Future) or self._frame.done()
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        if isinstance(self._frame, Future):
+            self._frame = self._frame.result()
+        return self._frame
 
 
 @dataclass
@@ -246,10 +258,12 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> pl.Series:
         return texts.gather(out)
     # The execution of each output: (worker, step, exec_idx) is unique in the nodes frame.
     x_key, key_codes = _exec_keys(ex.frame, o)
-    order = np.argsort(x_key, kind="stable")
-    pos = np.searchsorted(x_key, key_codes, sorter=order)
-    pos = np.minimum(pos, x_key.size - 1)
-    row = order[pos]
+    if (x_key[1:] > x_key[:-1]).all():  # the run's order: no sort needed
+        row = np.minimum(np.searchsorted(x_key, key_codes), x_key.size - 1)
+    else:
+        order = np.argsort(x_key, kind="stable")
+        row = order[np.minimum(np.searchsorted(x_key, key_codes, sorter=order),
+                               x_key.size - 1)]
     ok = x_key[row] == key_codes
     if not ok.all():
         o, row = o.filter(pl.Series(ok)), row[ok]
@@ -288,8 +302,8 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> pl.Series:
 def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
     """Whether each output has the dtype and shape of output `other[i]` (numpy on the
     dtype codes and the flattened shapes; a null shape or dimension is a value too)."""
-    dtype = _ints(o, ["dtype"])["dtype"].to_numpy()
-    same = dtype == dtype[other]
+    dtype = o.get_column("dtype")
+    same = dtype.eq_missing(dtype.gather(other)).to_numpy()
     shape = o.get_column("shape")
     length = shape.list.len().cast(pl.Int64).fill_null(-1).to_numpy()
     same &= length == length[other]
@@ -307,15 +321,18 @@ def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
 
 def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """int64 keys of (worker, step, exec_idx) for the rows of x and of o, comparable."""
-    a, b = (_ints(f, ["worker", "step"]) for f in (x, o))
-    w = [f["worker"].to_numpy() for f in (a, b)]
+    one_worker = pl.concat([x.select(pl.col("worker").unique()),
+                            o.select(pl.col("worker").unique())]).n_unique() == 1
+    cols = ["step"] if one_worker else ["worker", "step"]
+    a, b = (_ints(f, cols) for f in (x, o))
     st = [f["step"].to_numpy() for f in (a, b)]
+    w = [np.zeros(1, np.int64)] * 2 if one_worker else [f["worker"].to_numpy() for f in (a, b)]
     lo = min(int(v.min(initial=0)) for v in st)
     width = max(int(v.max(initial=0)) for v in st) - lo + 1
     if max(int(v.max(initial=0)) for v in w) * width + width < 1 << 30:
         ws = [wi * width + (si - lo) for wi, si in zip(w, st, strict=True)]
     else:
-        both, _ = group_codes(pl.concat([a, b]), ["worker", "step"])
+        both, _ = group_codes(pl.concat([a, b]), cols)
         ws = [both[:x.height], both[x.height:]]
     return tuple(  # type: ignore[return-value]
         wsi * (1 << 32) + f["exec_idx"].cast(pl.Int64).to_numpy()
@@ -372,14 +389,14 @@ def _node_ids(nodes: pl.DataFrame, e: pl.DataFrame) -> tuple[np.ndarray, pl.Data
     return nid.cast(pl.Int64).to_numpy(), edge_ids(ids, e)
 
 
-def _flows(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, step: np.ndarray,
-           pid: np.ndarray, tid: np.ndarray) -> pl.DataFrame:
-    """One row per data edge between executions of a step on different threads: the
-    producer's execution that ended last before the consumer started."""
+def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per data edge into an execution of an op lane: the producer's execution (same step,
+    op lane) that ended last before the consumer started. Rows of consumers, producers."""
     op_lane = ex.nodes["lane_kind"].is_in(OP_LANES).to_numpy()
     rows = np.flatnonzero(op_lane[ex.code])
     node = nid[ex.code[rows]]
-    s_step, _ = _dense(step[rows])
+    s_step = ex.group[rows]  # (worker, step): a node id belongs to one worker anyway
     src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
     nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
     by_dst = np.argsort(dst, kind="stable")
@@ -393,12 +410,18 @@ def _flows(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, step: np.ndarray,
     c_ts = ex.ts[rows[consumer]]
     producer = asof_last(s_step * nodes + node, ex.end[rows],
                          s_step[consumer] * nodes + q_src, c_ts)
-    found = producer >= 0
-    c, p = rows[consumer[found]], rows[producer[found]]
-    by_start = np.argsort(ex.ts[c], kind="stable")
-    c, p = c[by_start], p[by_start]
+    found = np.flatnonzero(producer >= 0)
+    return rows[consumer[found]], rows[producer[found]]
+
+
+def _flows(ex: _Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: np.ndarray
+           ) -> pl.DataFrame:
+    """One row per data edge between executions of a step on different threads (pairs
+    from _flow_pairs), by the consumer's start."""
     apart = (pid[p] != pid[c]) | (tid[p] != tid[c])
     c, p = c[apart], p[apart]
+    by_start = np.argsort(ex.ts[c], kind="stable")
+    c, p = c[by_start], p[by_start]
     f = pl.DataFrame({"id": np.arange(c.size), "code": ex.code[p],
                       "s_pid": pid[p], "s_tid": tid[p], "f_pid": pid[c], "f_tid": tid[c],
                       "p_ts": ex.ts[p], "p_end": ex.end[p], "p_dur": ex.dur[p],
@@ -416,7 +439,7 @@ def _flows(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, step: np.ndarray,
     )
 
 
-def _flow_parts(flows: pl.DataFrame) -> list[Part]:
+def _flow_parts(flows: pl.DataFrame | Future[pl.DataFrame]) -> list[Part]:
     def line(ph: str, end: str) -> pl.Expr:
         return pl.concat_str(
             pl.lit(f'{{"ph":"{ph}",{end}"cat":"DataFlow","name":'), "name", pl.lit(',"id":'),
@@ -469,7 +492,7 @@ def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
     return c.select("worker", "step", "name", ts="alloc_us", value="value")
 
 
-def _counter_part(c: pl.DataFrame) -> Part:
+def _counter_part(c: pl.DataFrame | Future[pl.DataFrame]) -> Part:
     line = pl.concat_str(
         pl.lit('{"ph":"C","cat":"Memory","name":'), "name", pl.lit(',"pid":'), "pid",
         pl.lit(',"tid":0,"ts":'), "ts", pl.lit(',"args":{"bytes":'), "value", pl.lit("}}"))
@@ -497,20 +520,33 @@ def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group
 
 
 def build_trace(run: Run, options: TimelineOptions) -> Trace:
-    # The memory counters and then the flows are built in a second thread while this one
-    # builds the rest (numpy and polars release the GIL for their array work).
-    with ThreadPoolExecutor(1, thread_name_prefix="timeline") as pool:
+    """The events of options.steps. The critical paths, the flows' producers and the
+    memory counters are built in a second thread (numpy and polars release the GIL for
+    their array work); the flow and counter parts may still be futures when this returns
+    (Part.frame waits for them), so that writing the op events can start."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="timeline")
+    try:
         return _build(run, options, pool)
+    finally:
+        pool.shutdown(wait=False)  # what was submitted still runs
 
 
 def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trace:
     steps = list(options.steps)
     subset = None if set(steps) == set(run.steps) else steps  # None: no filtering needed
-    counters = (pool.submit(_counters, run, subset, options.max_counter_points)
-                if options.memory else None)
     ex = _executions(run, subset)
     nodes = ex.nodes
+    e = edges(run) if options.dataflow or options.critical_path else pl.DataFrame()
+    critical = pool.submit(lambda: _critical(run, ex, *_node_ids(
+        nodes, e.select("worker", "src", "dst").unique()), ex.group)
+    ) if options.critical_path else None
+    pairs = pool.submit(lambda: _flow_pairs(ex, *_node_ids(
+        nodes, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
+    ) if options.dataflow else None
     procs = lanes.processes(nodes, run.workers)
+    allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
+    counters = pool.submit(lambda: _counters(run, subset, options.max_counter_points).join(
+        allocators, on="worker")) if options.memory else None
     devices = procs.filter(pl.col("device").is_not_null())
     step_rows = _step_rows(ex)
     tables = lanes.number_tracks([
@@ -523,17 +559,17 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     ])
     nodes = nodes.join(tables[0].select("worker", "lane", "thread_id", "track_id", "pid"),
                        on=["worker", "lane", "thread_id"], how="left", maintain_order="left")
+    nodes = nodes.with_columns(head=_head("Op"))
     code = ex.code
     track, pid = (nodes[c].cast(pl.Int64).to_numpy() for c in ("track_id", "pid"))
     step = ex.frame["step"].to_numpy()
+    op = pl.DataFrame({"head": nodes["head"].gather(code), "step": step,
+                       "outputs": _outputs(run, subset, ex), "bytes": ex.frame["output_bytes"],
+                       "ts": ex.ts, "dur": ex.dur})
     frames = [pl.DataFrame({"track_id": track[code], "ts": ex.ts, "end": ex.end}),
               step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
-    need_edges = options.dataflow or options.critical_path
-    e = edges(run) if need_edges else None
-    if options.critical_path:
-        assert e is not None
-        nid, cp_edges = _node_ids(nodes, e.select("worker", "src", "dst").unique())
-        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, cp_edges, ex.group)
+    if critical is not None:
+        cp_rows, cp_order, cp_wait = critical.result()
         cp_track = tables[2].select("pid", "track_id")
         by_pid = np.full(int(procs["pid"].to_numpy().max(initial=0)) + 1, -1, np.int64)
         by_pid[cp_track["pid"].to_numpy()] = cp_track["track_id"].to_numpy()
@@ -542,45 +578,34 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
     tid = placed[0]["tid"].to_numpy()
-    flows = None
-    if options.dataflow:
-        assert e is not None
-        flow_e = e.filter(~pl.col("control")).select("worker", "src", "dst").unique()
-        flows = pool.submit(lambda: _flows(ex, *_node_ids(nodes, flow_e), step, pid[code],
-                                           tid))
-    nodes = nodes.with_columns(head=_head("Op"))
-    op = pl.DataFrame({
-        "head": nodes["head"].gather(code), "step": step,
-        "outputs": _outputs(run, subset, ex), "bytes": ex.frame["output_bytes"],
-        "tid": tid, "ts": ex.ts, "dur": ex.dur})
-    parts = [Part("op", op, _tail([pl.lit(',"outputs":'), "outputs", pl.lit(',"bytes":'),
-                                   "bytes"]))]
-    step_part = Part("step", placed[1], _x("Step", jstr(pl.concat_str(
+    parts = [Part("op", op.with_columns(tid=pl.Series(tid)), _tail([
+        pl.lit(',"outputs":'), "outputs", pl.lit(',"bytes":'), "bytes"]))]
+    if pairs is not None:
+        p_pairs = pairs
+        parts += _flow_parts(pool.submit(
+            lambda: _flows(ex, *p_pairs.result(), pid[code], tid)))
+    parts.append(Part("step", placed[1], _x("Step", jstr(pl.concat_str(
         pl.lit("step "), pl.col("step"))), [pl.lit('"step":'), "step", pl.lit(',"worker":'),
                                              jstr(pl.col("worker")), pl.lit(',"node_stats":'),
-                                             "node_stats"]))
-    cp_part = None
-    if options.critical_path:
+                                             "node_stats"])))
+    if critical is not None:
         head = nodes.select(_head("CriticalPath"))["head"]
         cp = pl.DataFrame({
             "head": head.gather(code[cp_rows]), "step": step[cp_rows], "order": cp_order,
             "wait_ns": cp_wait, "tid": placed[2]["tid"], "ts": ex.ts[cp_rows],
             "dur": ex.dur[cp_rows]})
-        cp_part = Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
-                                                   pl.lit(',"wait_ns":'), "wait_ns"]))
-    if flows is not None:
-        parts += _flow_parts(flows.result())
-    parts.append(step_part)
-    if cp_part is not None:
-        parts.append(cp_part)
+        parts.append(Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
+                                                      pl.lit(',"wait_ns":'), "wait_ns"])))
     with_counters: list[str] = []
     if counters is not None:
-        c = counters.result().join(
-            procs.filter(pl.col("device").is_null()).select("worker", "pid"), on="worker")
-        parts.append(_counter_part(c))
-        with_counters = c.get_column("worker").unique().to_list()
+        parts.append(_counter_part(counters))
+        # The workers with counters: those with allocation records (each has a point).
+        a = run.allocations.filter(pl.col("alloc_us") > 0)
+        if subset is not None:
+            a = a.filter(pl.col("step").is_in(subset))
+        with_counters = a.get_column("worker").unique().to_list()
     # An Allocators process only for workers with counters.
     procs = procs.filter(pl.col("device").is_not_null() | pl.col("worker").is_in(with_counters))
     other = {"generator": "runlens", "schema": SCHEMA, "steps": steps,
              "workers": run.workers, "ts_unit": "us (all_start_micros, as tf.timeline)"}
-    return Trace(lanes.metadata(procs, threads), [p for p in parts if p.frame.height], other)
+    return Trace(lanes.metadata(procs, threads), parts, other)

@@ -103,17 +103,20 @@ class _Writer:
 def _stream(trace: Trace, out: IO[bytes], progress: Progress | None) -> int:
     meta = [json.dumps(m, separators=(",", ":")) for m in trace.metadata]
     out.write(('{"traceEvents":[\n' + "\n,".join(meta) + "\n").encode())
-    total = sum(p.frame.height for p in trace.parts)
+    total = None  # known once every part is built (the last ones may still be building)
     done = 0
     writer = _Writer(out)
     try:
         for part in trace.parts:
+            frame = part.frame
             line = pl.concat_str(pl.lit("," if meta or done else ""), part.line).alias("l")
-            for offset in range(0, part.frame.height, CHUNK_ROWS):
-                chunk = part.frame.slice(offset, CHUNK_ROWS)
+            for offset in range(0, frame.height, CHUNK_ROWS):
+                chunk = frame.slice(offset, CHUNK_ROWS)
                 writer.put(chunk.select(line))  # one JSON object per row, comma first
                 done += chunk.height
-                if progress:
+                if progress and total is None and all(p.ready for p in trace.parts):
+                    total = sum(p.frame.height for p in trace.parts)
+                if progress and total is not None:
                     progress(done, total)
     finally:
         writer.close()
