@@ -192,11 +192,15 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 def group_codes(frame: pl.DataFrame, cols: list[str]) -> tuple[np.ndarray, int]:
     """A dense code per row for the distinct values of `cols` (exact: strings are numbered
     through polars categoricals; null is a value of its own), and the number of codes."""
-    ints = [c.to_numpy() for c in _ints(frame, cols).iter_columns()]
-    key, size = np.zeros(frame.height, np.int64), 1
-    for values in ints:
-        lo, width = int(values.min(initial=0)), int(values.max(initial=0)) - int(
-            values.min(initial=0)) + 1
+    return _combine([c.to_numpy() for c in _ints(frame, cols).iter_columns()], frame.height)
+
+
+def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarray, int]:
+    """A dense code per row for the distinct rows of integer columns, and their number."""
+    key, size = np.zeros(columns[0].size if n is None else n, np.int64), 1
+    for values in columns:
+        lo = int(values.min(initial=0))
+        width = int(values.max(initial=0)) - lo + 1
         if size * width >= 1 << 62:  # too wide for one int64: number what there is so far
             key, size = _dense(key)
             if size * width >= 1 << 62:
@@ -249,13 +253,15 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     return _Executions(n, code, nodes, ts, dur, ts + dur, group)
 
 
-def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> pl.Series:
-    """Per execution: its outputs as a JSON list of "dtype[shape]"."""
+def _outputs(run: Run, steps: list[int] | None, ex: _Executions
+             ) -> tuple[np.ndarray, pl.Series]:
+    """Per execution: its outputs as a JSON list of "dtype[shape]", as an index into a
+    series of distinct texts (and that series)."""
     o = run.outputs if steps is None else run.outputs.filter(pl.col("step").is_in(steps))
     out = np.zeros(ex.frame.height, np.int64)  # index into `texts`; 0: "[]"
     texts = pl.Series(["[]"], dtype=pl.String)
     if not o.height:
-        return texts.gather(out)
+        return out, texts
     # The execution of each output: (worker, step, exec_idx) is unique in the nodes frame.
     x_key, key_codes = _exec_keys(ex.frame, o)
     if (x_key[1:] > x_key[:-1]).all():  # the run's order: no sort needed
@@ -296,7 +302,7 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> pl.Series:
                 pl.lit("["), pl.col("desc").sort_by("slot").str.join(","), pl.lit("]"))))
         out[joined["row"].to_numpy()] = texts.len() + np.arange(joined.height)
         texts = pl.concat([texts, joined["text"]])
-    return texts.gather(out)
+    return out, texts
 
 
 def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
@@ -361,6 +367,39 @@ def _tail(rest: list[Any]) -> pl.Expr:
                          "ts", pl.lit(',"dur":'), "dur", pl.lit("}"))
 
 
+def _op_part(ex: _Executions, nodes: pl.DataFrame, sub: np.ndarray, tid: np.ndarray,
+             outputs: tuple[np.ndarray, pl.Series]) -> Part:
+    """The op events. Everything but the step, ts and dur is the same for the executions
+    of a node on one lane with the same outputs and bytes: that text is rendered once per
+    such combination and gathered, so a row only formats its ts and dur (int to text is
+    most of the rendering); the step's text is gathered too."""
+    out, texts = outputs
+    size = np.asarray(ex.frame["output_bytes"].cast(pl.Int64).fill_null(-1).to_numpy())
+    combo, k = _combine([ex.code, sub, out])
+    rep = _representatives(combo, k)
+    odd = np.flatnonzero(size != size[rep[combo]])  # bytes that differ from the node's
+    if odd.size:
+        extra, more = _combine([combo[odd], size[odd]])
+        combo[odd] = k + extra
+        k += more
+        rep = _representatives(combo, k)
+    static = pl.DataFrame({
+        "op_json": nodes["op_json"].gather(ex.code[rep]),
+        "pid": nodes["pid"].gather(ex.code[rep]), "tid": tid[rep],
+        "sargs": nodes["sargs"].gather(ex.code[rep]), "outputs": texts.gather(out[rep]),
+        "bytes": ex.frame["output_bytes"].gather(rep),
+    }).select(pl.concat_str(
+        pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
+        pl.lit(',"tid":'), "tid", pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'),
+        "outputs", pl.lit(',"bytes":'), "bytes", pl.lit(',"step":'))).to_series()
+    groups = int(ex.group.max(initial=-1)) + 1
+    steps = ex.frame["step"].gather(_representatives(ex.group, groups)).cast(pl.String)
+    frame = pl.DataFrame({"static": static.gather(combo), "step": steps.gather(ex.group),
+                          "ts": ex.ts, "dur": ex.dur})
+    return Part("op", frame, pl.concat_str("static", "step", pl.lit('},"ts":'), "ts",
+                                           pl.lit(',"dur":'), "dur", pl.lit("}")))
+
+
 def _step_rows(ex: _Executions) -> pl.DataFrame:
     groups = int(ex.group.max(initial=-1)) + 1
     ts = np.full(groups, np.iinfo(np.int64).max)
@@ -380,13 +419,14 @@ def _step_rows(ex: _Executions) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- flows etc.
 
 
-def _node_ids(nodes: pl.DataFrame, e: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
-    """Per code, its node id in (worker, node_name) order; the edges as node ids."""
+def _node_ids(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
+    """Per code, its node id in (worker, node_name) order; the ids (worker, node_name, nid)
+    for graph.edge_ids."""
     ids = (nodes.select("worker", "node_name").unique().sort("worker", "node_name")
            .with_row_index("nid"))
     nid = nodes.select("worker", "node_name").join(
         ids, on=["worker", "node_name"], how="left", maintain_order="left")["nid"]
-    return nid.cast(pl.Int64).to_numpy(), edge_ids(ids, e)
+    return nid.cast(pl.Int64).to_numpy(), ids
 
 
 def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
@@ -534,19 +574,20 @@ def build_trace(run: Run, options: TimelineOptions) -> Trace:
 def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trace:
     steps = list(options.steps)
     subset = None if set(steps) == set(run.steps) else steps  # None: no filtering needed
+    counters = pool.submit(_counters, run, subset, options.max_counter_points
+                           ) if options.memory else None
     ex = _executions(run, subset)
     nodes = ex.nodes
-    e = edges(run) if options.dataflow or options.critical_path else pl.DataFrame()
-    critical = pool.submit(lambda: _critical(run, ex, *_node_ids(
-        nodes, e.select("worker", "src", "dst").unique()), ex.group)
+    if options.dataflow or options.critical_path:
+        e = edges(run)
+        nid, ids = _node_ids(nodes)
+    critical = pool.submit(lambda: _critical(run, ex, nid, edge_ids(
+        ids, e.select("worker", "src", "dst").unique()), ex.group)
     ) if options.critical_path else None
-    pairs = pool.submit(lambda: _flow_pairs(ex, *_node_ids(
-        nodes, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
+    pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
+        ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
     ) if options.dataflow else None
     procs = lanes.processes(nodes, run.workers)
-    allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
-    counters = pool.submit(lambda: _counters(run, subset, options.max_counter_points).join(
-        allocators, on="worker")) if options.memory else None
     devices = procs.filter(pl.col("device").is_not_null())
     step_rows = _step_rows(ex)
     tables = lanes.number_tracks([
@@ -559,13 +600,10 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     ])
     nodes = nodes.join(tables[0].select("worker", "lane", "thread_id", "track_id", "pid"),
                        on=["worker", "lane", "thread_id"], how="left", maintain_order="left")
-    nodes = nodes.with_columns(head=_head("Op"))
     code = ex.code
     track, pid = (nodes[c].cast(pl.Int64).to_numpy() for c in ("track_id", "pid"))
     step = ex.frame["step"].to_numpy()
-    op = pl.DataFrame({"head": nodes["head"].gather(code), "step": step,
-                       "outputs": _outputs(run, subset, ex), "bytes": ex.frame["output_bytes"],
-                       "ts": ex.ts, "dur": ex.dur})
+    outputs = _outputs(run, subset, ex)
     frames = [pl.DataFrame({"track_id": track[code], "ts": ex.ts, "end": ex.end}),
               step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
     if critical is not None:
@@ -578,8 +616,7 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
     tid = placed[0]["tid"].to_numpy()
-    parts = [Part("op", op.with_columns(tid=pl.Series(tid)), _tail([
-        pl.lit(',"outputs":'), "outputs", pl.lit(',"bytes":'), "bytes"]))]
+    parts = [_op_part(ex, nodes, placed[0]["sub"].to_numpy(), tid, outputs)]
     if pairs is not None:
         p_pairs = pairs
         parts += _flow_parts(pool.submit(
@@ -598,7 +635,10 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
                                                       pl.lit(',"wait_ns":'), "wait_ns"])))
     with_counters: list[str] = []
     if counters is not None:
-        parts.append(_counter_part(counters))
+        allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
+        p_counters = counters
+        parts.append(_counter_part(pool.submit(
+            lambda: p_counters.result().join(allocators, on="worker"))))
         # The workers with counters: those with allocation records (each has a point).
         a = run.allocations.filter(pl.col("alloc_us") > 0)
         if subset is not None:
