@@ -6,9 +6,13 @@ drawn exactly as tf.timeline draws it (ts = all_start_micros, dur = all_end_rel_
 name = the op of its timeline label); a "Steps" process with a slice per step; dataflow
 arrows; per-allocator memory counters; each step's critical path on a thread of its own.
 
-Everything is computed with polars expressions over all executions at once; each event
-becomes one row of a frame plus a polars expression that renders the row as one JSON
-object (`Part`). analyzer/render/chrome_trace.py streams those parts to a file.
+Everything is computed over all executions at once: what is the same for every execution
+of a node on a thread is computed once per distinct node (a "code", see _executions) and
+gathered; the per-execution work is integer arrays (numpy): lanes, flow matching,
+critical paths. Each event becomes one row of a frame plus a polars expression that
+renders the row as one JSON object (`Part`). The critical paths, the flows and the memory
+counters are built in a second thread; analyzer/render/chrome_trace.py streams the parts
+to a file, the op events first, while the last parts may still be building.
 """
 
 from __future__ import annotations
@@ -566,9 +570,12 @@ def build_trace(run: Run, options: TimelineOptions) -> Trace:
     (Part.frame waits for them), so that writing the op events can start."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="timeline")
     try:
-        return _build(run, options, pool)
-    finally:
-        pool.shutdown(wait=False)  # what was submitted still runs
+        trace = _build(run, options, pool)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=False)  # what was submitted still runs
+    return trace
 
 
 def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trace:
