@@ -10,7 +10,7 @@ Everything is computed over all executions at once: what is the same for every e
 of a node on a thread is computed once per distinct node (a "code", see _executions) and
 gathered; the per-execution work is integer arrays (numpy): lanes, flow matching,
 critical paths. Each event becomes one row of a frame plus a polars expression that
-renders the row as one JSON object (`Part`). The critical paths, the flows and the memory
+renders the row as one JSON object (`Part`). The outputs, the flows and the memory
 counters are built in a second thread; analyzer/render/chrome_trace.py streams the parts
 to a file, the op events first, while the last parts may still be building.
 """
@@ -564,7 +564,7 @@ def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group
 
 
 def build_trace(run: Run, options: TimelineOptions) -> Trace:
-    """The events of options.steps. The critical paths, the flows' producers and the
+    """The events of options.steps. The outputs' texts, the flows' producers and the
     memory counters are built in a second thread (numpy and polars release the GIL for
     their array work); the flow and counter parts may still be futures when this returns
     (Part.frame waits for them), so that writing the op events can start."""
@@ -588,12 +588,13 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     if options.dataflow or options.critical_path:
         e = edges(run)
         nid, ids = _node_ids(nodes)
-    critical = pool.submit(lambda: _critical(run, ex, nid, edge_ids(
-        ids, e.select("worker", "src", "dst").unique()), ex.group)
-    ) if options.critical_path else None
+    outputs = pool.submit(_outputs, run, subset, ex)
     pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
         ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
     ) if options.dataflow else None
+    if options.critical_path:
+        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
+            ids, e.select("worker", "src", "dst").unique()), ex.group)
     procs = lanes.processes(nodes, run.workers)
     devices = procs.filter(pl.col("device").is_not_null())
     step_rows = _step_rows(ex)
@@ -610,11 +611,9 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     code = ex.code
     track, pid = (nodes[c].cast(pl.Int64).to_numpy() for c in ("track_id", "pid"))
     step = ex.frame["step"].to_numpy()
-    outputs = _outputs(run, subset, ex)
     frames = [pl.DataFrame({"track_id": track[code], "ts": ex.ts, "end": ex.end}),
               step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
-    if critical is not None:
-        cp_rows, cp_order, cp_wait = critical.result()
+    if options.critical_path:
         cp_track = tables[2].select("pid", "track_id")
         by_pid = np.full(int(procs["pid"].to_numpy().max(initial=0)) + 1, -1, np.int64)
         by_pid[cp_track["pid"].to_numpy()] = cp_track["track_id"].to_numpy()
@@ -623,7 +622,7 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
     tid = placed[0]["tid"].to_numpy()
-    parts = [_op_part(ex, nodes, placed[0]["sub"].to_numpy(), tid, outputs)]
+    parts = [_op_part(ex, nodes, placed[0]["sub"].to_numpy(), tid, outputs.result())]
     if pairs is not None:
         p_pairs = pairs
         parts += _flow_parts(pool.submit(
@@ -632,7 +631,7 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
         pl.lit("step "), pl.col("step"))), [pl.lit('"step":'), "step", pl.lit(',"worker":'),
                                              jstr(pl.col("worker")), pl.lit(',"node_stats":'),
                                              "node_stats"])))
-    if critical is not None:
+    if options.critical_path:
         head = nodes.select(_head("CriticalPath"))["head"]
         cp = pl.DataFrame({
             "head": head.gather(code[cp_rows]), "step": step[cp_rows], "order": cp_order,
