@@ -245,7 +245,7 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     # worker, lane, thread_id, stat_name and timeline_label determine the other static
     # columns (analyzer/model.py derives device and lane_kind from the lane, node_name from
     # stat_name, op_type from the node name and label).
-    code, k = group_codes(n, _CODE)
+    code, k = _node_codes(n)
     nodes = n[_representatives(code, k)].select(
         *_CODE, "node_name", "op_type", "device", "lane_kind",
         gpu=pl.col("lane").str.contains(_GPU_LANE)).with_row_index("code")
@@ -255,6 +255,19 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     dur = n["all_end_rel_us"].to_numpy()
     group, _ = group_codes(n, ["worker", "step"])
     return _Executions(n, code, nodes, ts, dur, ts + dur, group)
+
+
+def _node_codes(n: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """group_codes(n, _CODE), cheaper: rows are numbered by worker, thread and label (the
+    label names the node), then checked to have the lane and stat name of another row of
+    their code; only when some do not are all five columns numbered."""
+    code, k = group_codes(n, ["worker", "thread_id", "timeline_label"])
+    rep = pl.Series(_representatives(code, k)[code])
+    same = n.select(pl.all_horizontal(
+        pl.col(c).eq_missing(pl.col(c).gather(rep)) for c in ("lane", "stat_name")))
+    if same.to_series().all():
+        return code, k
+    return group_codes(n, _CODE)
 
 
 def _outputs(run: Run, steps: list[int] | None, ex: _Executions
