@@ -231,7 +231,7 @@ def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.nda
     last &= nid == g_nid[group]
     cand = np.flatnonzero(last)
     cand = cand[np.argsort(group[cand], kind="stable")]
-    heads = cand[np.r_[True, group[cand][1:] != group[cand][:-1]]]
+    heads = cand[np.concatenate(([True], group[cand][1:] != group[cand][:-1]))]
     # Walk the paths back, all at once: each round links the head of every path to its
     # predecessor. A path stops at an execution without one (or one it already holds).
     chain = np.arange(heads.size)
@@ -302,21 +302,21 @@ class _Links:
         self.sorted = both[self.order]
 
     def predecessors(self, rows: np.ndarray) -> np.ndarray:
-        count = self.degree[self.nid[rows]]
-        q = np.repeat(np.arange(rows.size), count)
-        within = np.arange(q.size) - np.repeat(np.cumsum(count) - count, count)
+        nid = self.nid[rows]
+        count = self.degree[nid]
+        q = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
         q_rows = rows[q]
-        q_src = self.e_src[self.first_edge[self.nid[q_rows]] + within]
+        before = np.cumsum(count) - count
+        q_src = self.e_src[np.repeat(self.first_edge[nid] - before, count) + np.arange(q.size)]
         q_key = self.group[q_rows] * self.nodes + q_src
         pos = np.searchsorted(self.sorted, q_key * self.span + self.t_start[q_rows],
                               side="right") - 1
-        ok = pos >= 0
-        ok[ok] = self.sorted[pos[ok]] // self.span == q_key[ok]
+        ok = (pos >= 0) & (self.sorted[np.maximum(pos, 0)] // self.span == q_key)
         q, q_src, hit = q[ok], q_src[ok], self.order[pos[ok]]
         pred = np.full(rows.size, -1, np.int64)
         if q.size:  # q is sorted: each row's inputs are a run
-            starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-            size = np.diff(np.r_[starts, q.size])
+            starts = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))
+            size = np.diff(np.append(starts, q.size))
             h_end = self.end[hit]
             best = h_end == np.repeat(np.maximum.reduceat(h_end, starts), size)
             src_best = np.where(best, q_src, self.nodes)
