@@ -189,8 +189,10 @@ def place(frames: list[pl.DataFrame], tracks: pl.DataFrame
     track = cols[0]
     sub = lanes(*cols)
     info = tracks.select("track_id", "pid", "name").unique("track_id").sort("track_id")
-    width = np.zeros(int(max(info["track_id"].max() or 0, track.max(initial=0))) + 1, np.int64)
-    np.maximum.at(width, track, sub + 1)
+    size = int(max(info["track_id"].max() or 0, track.max(initial=0))) + 1
+    width = (np.bincount(track, minlength=size) > 0).astype(np.int64)  # lanes per track
+    deep = np.flatnonzero(sub)
+    np.maximum.at(width, track[deep], sub[deep] + 1)
     base = np.zeros(width.size, np.int64)  # the tid of each track's lane 0
     rows: list[tuple[int, int, str]] = []
     used: dict[int, int] = {}
