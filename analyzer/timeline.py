@@ -461,12 +461,12 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
     degree = np.bincount(dst, minlength=nodes)
     first_edge = np.concatenate([[0], np.cumsum(degree)])
     count = degree[node]
-    consumer = np.repeat(np.arange(rows.size), count)
-    within = np.arange(consumer.size) - np.repeat(np.cumsum(count) - count, count)
-    q_src = e_src[first_edge[node[consumer]] + within]
-    c_ts = ex.ts[rows[consumer]]
+    consumer = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
+    q_src = e_src[np.repeat(first_edge[node] - (np.cumsum(count) - count), count)
+                  + np.arange(consumer.size)]
     producer = asof_last(s_step * nodes + node, ex.end[rows],
-                         s_step[consumer] * nodes + q_src, c_ts)
+                         np.repeat(s_step, count) * nodes + q_src,
+                         np.repeat(ex.ts[rows], count))
     found = np.flatnonzero(producer >= 0)
     return rows[consumer[found]], rows[producer[found]]
 
