@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 import polars as pl
 
 from analyzer.model import Run
@@ -138,66 +139,209 @@ def _span(frame: pl.DataFrame) -> int:
 
 def number_nodes(x: pl.DataFrame, e: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Integer node ids, in (worker, name) order, so that joins key on integers: `x`
-    (with worker, node_name) gains `nid`; edges (worker, src, dst) between nodes of x
-    become (src_nid, dst_nid), self-loops left out."""
+    (with worker, node_name) gains `nid` (rows in their order); edges (worker, src, dst)
+    between nodes of x become (src_nid, dst_nid), self-loops left out."""
     ids = (x.select("worker", "node_name").unique().sort("worker", "node_name")
            .with_row_index("nid"))
+    return x.join(ids, on=["worker", "node_name"], maintain_order="left"), edge_ids(ids, e)
+
+
+def edge_ids(ids: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
+    """Edges (worker, src, dst) as (src_nid, dst_nid) between the nodes of `ids` (worker,
+    node_name, nid), self-loops left out."""
     src = ids.select("worker", src="node_name", src_nid="nid")
     dst = ids.select("worker", dst="node_name", dst_nid="nid")
-    e = (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
-         .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
-    return x.join(ids, on=["worker", "node_name"]), e
+    return (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
+            .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
+
+
+def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
+              ) -> np.ndarray:
+    """For each query (q_key, q_time), the index of the row with the same key and the
+    greatest time <= q_time (the last row in index order on ties); -1 when there is none.
+    Keys are small non-negative integers."""
+    out = np.full(q_key.size, -1, np.int64)
+    if not key.size or not q_key.size:
+        return out
+    width = max(int(key.max()), int(q_key.max())) + 1
+    if width > 4 * (key.size + q_key.size) + 4096:
+        return _asof_sorted(key, time, q_key, q_time)
+    # A key with one row (a node that ran once in the step) needs no search.
+    count = np.bincount(key, minlength=width)
+    only = np.zeros(width, np.int64)
+    once = count[key] == 1
+    only[key[once]] = np.flatnonzero(once)
+    q_count = count[q_key]
+    single = np.flatnonzero(q_count == 1)
+    cand = only[q_key[single]]
+    hit = time[cand] <= q_time[single]
+    out[single[hit]] = cand[hit]
+    many = np.flatnonzero(q_count > 1)
+    if many.size:
+        rows = np.flatnonzero(~once)
+        found = _asof_sorted(key[rows], time[rows], q_key[many], q_time[many])
+        out[many] = np.where(found >= 0, rows[found], -1)
+    return out
+
+
+def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
+                 ) -> np.ndarray:
+    """asof_last by sorting the rows by (key, time) and searching."""
+    out = np.full(q_key.size, -1, np.int64)
+    if not key.size or not q_key.size:
+        return out
+    lo = min(int(time.min()), int(q_time.min()))
+    span = max(int(time.max()), int(q_time.max())) - lo + 1
+    if (max(int(key.max()), int(q_key.max())) + 1) * span >= 1 << 62:  # times by rank instead
+        _, rank = np.unique(np.concatenate([time, q_time]), return_inverse=True)
+        time, q_time = rank[:time.size].reshape(-1), rank[time.size:].reshape(-1)
+        lo, span = 0, time.size + q_time.size
+    both = key * span + (time - lo)
+    order = np.argsort(both, kind="stable")  # ties in index order
+    both = both[order]
+    pos = np.searchsorted(both, q_key * span + (q_time - lo), side="right") - 1
+    ok = pos >= 0
+    ok[ok] = both[pos[ok]] // span == q_key[ok]
+    out[ok] = order[pos[ok]]
+    return out
+
+
+WALK_ROUNDS = 1000  # paths walked in lockstep up to this length; then all links at once
+
+
+def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.ndarray,
+              src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The critical path of each group of executions (a worker's step), see critical_path.
+
+    Executions are rows: `group` (dense, in the order paths are wanted), `nid` (node id,
+    in name order within a worker; ties break by it), start and end times. Edges
+    src -> dst are node ids. Returns the rows on the paths, group by group, each path in
+    order, and each row's position on its path."""
+    n = group.size
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    links = _Links(group, nid, start, end, src, dst)
+    # Each group's path ends at its execution that ends last (ties: name order, then row).
+    groups = int(group.max()) + 1
+    g_end = np.full(groups, np.iinfo(np.int64).min)
+    np.maximum.at(g_end, group, end)
+    last = end == g_end[group]
+    g_nid = np.full(groups, links.nodes)
+    np.minimum.at(g_nid, group[last], nid[last])
+    last &= nid == g_nid[group]
+    cand = np.flatnonzero(last)
+    cand = cand[np.argsort(group[cand], kind="stable")]
+    heads = cand[np.concatenate(([True], group[cand][1:] != group[cand][:-1]))]
+    # Walk the paths back, all at once: each round links the head of every path to its
+    # predecessor. A path stops at an execution without one (or one it already holds).
+    chain = np.arange(heads.size)
+    seen = np.zeros(n, bool)
+    seen[heads] = True
+    walked_rows, walked_chain = [heads], [chain]
+    for _ in range(WALK_ROUNDS):
+        if not heads.size:
+            break
+        pred = links.predecessors(heads)
+        keep = pred >= 0
+        keep[keep] = ~seen[pred[keep]]
+        heads, chain = pred[keep], chain[keep]
+        seen[heads] = True
+        walked_rows.append(heads)
+        walked_chain.append(chain)
+    rows = np.concatenate(walked_rows)
+    chains = np.concatenate(walked_chain)
+    depth = np.concatenate([np.full(r.size, i, np.int64) for i, r in enumerate(walked_rows)])
+    if heads.size:  # long paths: link every execution, then follow the links in Python
+        back = links.predecessors(np.arange(n)).tolist()
+        more_rows: list[int] = []
+        more_chain: list[int] = []
+        more_depth: list[int] = []
+        for h, c in zip(heads.tolist(), chain.tolist(), strict=True):
+            d = WALK_ROUNDS
+            while (p := back[h]) >= 0 and not seen[p]:
+                seen[p] = True
+                d += 1
+                more_rows.append(p)
+                more_chain.append(c)
+                more_depth.append(d)
+                h = p
+        rows = np.concatenate([rows, np.asarray(more_rows, np.int64)])
+        chains = np.concatenate([chains, np.asarray(more_chain, np.int64)])
+        depth = np.concatenate([depth, np.asarray(more_depth, np.int64)])
+    o = np.lexsort((-depth, chains))
+    rows, chains, depth = rows[o], chains[o], depth[o]
+    length = np.bincount(chains, minlength=int(chains.max()) + 1)
+    return rows, length[chains] - 1 - depth
+
+
+class _Links:
+    """Each execution's predecessor: over its graph inputs, the input's execution (same
+    group) that ended last at or before it started; ties: the input first in name order,
+    then its last execution in row order."""
+
+    def __init__(self, group: np.ndarray, nid: np.ndarray, start: np.ndarray,
+                 end: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
+        self.nodes = int(max(nid.max(), src.max(initial=0), dst.max(initial=0))) + 1
+        self.group, self.nid, self.start, self.end = group, nid, start, end
+        by_dst = np.argsort(dst, kind="stable")
+        self.e_src = src[by_dst]
+        self.degree = np.bincount(dst, minlength=self.nodes)
+        self.first_edge = np.concatenate([[0], np.cumsum(self.degree)])
+        key = group * self.nodes + nid
+        lo = min(int(start.min()), int(end.min()))
+        span = max(int(start.max()), int(end.max())) - lo + 1
+        t_end, t_start = end - lo, start - lo
+        if (int(key.max()) + 1) * span >= 1 << 62:  # times by rank instead
+            _, rank = np.unique(np.concatenate([end, start]), return_inverse=True)
+            rank = rank.reshape(-1)
+            t_end, t_start = rank[:end.size], rank[end.size:]
+            span = 2 * end.size
+        self.span, self.t_start = span, t_start
+        both = key * span + t_end
+        self.order = np.argsort(both, kind="stable")  # ties in row order
+        self.sorted = both[self.order]
+
+    def predecessors(self, rows: np.ndarray) -> np.ndarray:
+        nid = self.nid[rows]
+        count = self.degree[nid]
+        q = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
+        q_rows = rows[q]
+        before = np.cumsum(count) - count
+        q_src = self.e_src[np.repeat(self.first_edge[nid] - before, count) + np.arange(q.size)]
+        q_key = self.group[q_rows] * self.nodes + q_src
+        pos = np.searchsorted(self.sorted, q_key * self.span + self.t_start[q_rows],
+                              side="right") - 1
+        ok = (pos >= 0) & (self.sorted[np.maximum(pos, 0)] // self.span == q_key)
+        q, q_src, hit = q[ok], q_src[ok], self.order[pos[ok]]
+        pred = np.full(rows.size, -1, np.int64)
+        if q.size:  # q is sorted: each row's inputs are a run
+            starts = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))
+            size = np.diff(np.append(starts, q.size))
+            h_end = self.end[hit]
+            best = h_end == np.repeat(np.maximum.reduceat(h_end, starts), size)
+            src_best = np.where(best, q_src, self.nodes)
+            best &= src_best == np.repeat(np.minimum.reduceat(src_best, starts), size)
+            pred[q[best]] = hit[best]
+        return pred
 
 
 def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
     """The rows of `x` (executions of any steps and workers) on the critical path of their
     (worker, step), in path order, with `wait_ns`. See critical_path for the rule."""
-    x = x.with_row_index("gid")
     x, e = number_nodes(x, edges(run).select("worker", "src", "dst").unique())
-    waiting = (
-        x.select("step", d_gid="gid", dst_nid="nid", d_start="start_ns")
-        .join(e, on="dst_nid")
-        .sort("d_start")
-    )
-    finished = x.select("step", s_gid="gid", src_nid="nid", s_end="end_ns")
-    matched = waiting.join_asof(
-        finished.sort("s_end"), left_on="d_start", right_on="s_end",
-        by=["step", "src_nid"], strategy="backward", check_sortedness=False,
-    ).drop_nulls("s_gid")
-    # Ties: the source first in name order (nid follows it within a worker).
-    pred_rows = (
-        matched.sort(["d_gid", "s_end", "src_nid"], descending=[False, True, False])
-        .unique(subset="d_gid", keep="first")
-    )
-    pred: list[int | None] = (
-        x.select("gid").join(pred_rows.select("d_gid", "s_gid"), left_on="gid",
-                             right_on="d_gid", how="left")
-        .sort("gid").get_column("s_gid").to_list()
-    )
-    last = (
-        x.sort(["end_ns", "node_name"], descending=[True, False])
-        .group_by("worker", "step", maintain_order=True).agg(pl.col("gid").first())
-        .get_column("gid").to_list()
-    )
-    gids: list[int] = []
-    order: list[int] = []
-    for g in last:
-        chain = [g]
-        seen = {g}
-        while (p := pred[chain[-1]]) is not None and p not in seen:
-            chain.append(p)
-            seen.add(p)
-        gids.extend(reversed(chain))
-        order.extend(range(len(chain)))
-    path = pl.DataFrame({"gid": gids, "order": order},
-                        schema={"gid": pl.UInt32, "order": pl.Int64})
-    return (
-        x.join(path, on="gid").sort("worker", "step", "order").drop("gid", "nid", "order")
-        # Time between the predecessor's end and this op's start: a wait the dataflow
-        # alone does not explain (a busy thread, a loop frame, a queue).
-        .with_columns(wait_ns=(pl.col("start_ns") - pl.col("end_ns").shift(1))
-                      .over("worker", "step").fill_null(0))
-    )
+    group = x.select(pl.struct("worker", "step").rank("dense").cast(pl.Int64) - 1)
+    rows, order = path_rows(
+        group.to_series().to_numpy(), x["nid"].cast(pl.Int64).to_numpy(),
+        x["start_ns"].to_numpy(), x["end_ns"].to_numpy(),
+        e["src_nid"].cast(pl.Int64).to_numpy(), e["dst_nid"].cast(pl.Int64).to_numpy())
+    path = x.drop("nid")[rows]
+    start, end = path["start_ns"].to_numpy(), path["end_ns"].to_numpy()
+    # Time between the predecessor's end and this op's start: a wait the dataflow alone
+    # does not explain (a busy thread, a loop frame, a queue).
+    wait = np.zeros(rows.size, np.int64)
+    wait[1:] = start[1:] - end[:-1]
+    wait[order == 0] = 0
+    return path.with_columns(wait_ns=pl.Series(wait))
 
 
 def critical_paths(run: Run, steps: list[int] | None = None) -> pl.DataFrame:

@@ -6,27 +6,34 @@ drawn exactly as tf.timeline draws it (ts = all_start_micros, dur = all_end_rel_
 name = the op of its timeline label); a "Steps" process with a slice per step; dataflow
 arrows; per-allocator memory counters; each step's critical path on a thread of its own.
 
-Everything is computed with polars expressions over all executions at once; each event
-becomes one row of a frame plus a polars expression that renders the row as one JSON
-object (`Part`). analyzer/render/chrome_trace.py streams those parts to a file.
+Everything is computed over all executions at once: what is the same for every execution
+of a node on a thread is computed once per distinct node (a "code", see _executions) and
+gathered; the per-execution work is integer arrays (numpy): lanes, flow matching,
+critical paths. Each event becomes one row of a frame plus a polars expression that
+renders the row as one JSON object (`Part`). The outputs, the flows and the memory
+counters are built in a second thread; analyzer/render/chrome_trace.py streams the parts
+to a file, the op events first, while the last parts may still be building.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analyzer import timeline_lanes as lanes
 from analyzer.errors import RunlensError
-from analyzer.graph import critical_paths, edges, number_nodes
+from analyzer.graph import asof_last, edge_ids, edges, path_rows
 from analyzer.jsonfrag import jlist, jstr
 from analyzer.model import Run
 from analyzer.steps import median_step
 
 SCHEMA = 1
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)
+CRITICAL_LANES = ["device", "other", "stream_all"]  # as analyzer/graph.py
 _GPU_LANE = r"/stream:|/memcpy"  # tf.timeline's _is_gputrace_device (case-sensitive)
 _OP_LABEL = r"^(.*) = (.*)\((.*)\)"  # tf.timeline's _parse_op_label
 _KERNEL_LABEL = r"^[^#]*?@@([^#]+)#"  # tf.timeline's _parse_kernel_label
@@ -41,14 +48,26 @@ class TimelineOptions:
     max_counter_points: int = 2000  # per allocator per step
 
 
-@dataclass
 class Part:
-    """Events of one kind: a frame with one row per event, and the expression that renders
-    a row as one JSON object."""
+    """Events of one kind: a frame with one row per event (or the future of one, still
+    being built in a second thread), and the expression that renders a row as one JSON
+    object."""
 
-    kind: str
-    frame: pl.DataFrame
-    line: pl.Expr
+    def __init__(self, kind: str, frame: pl.DataFrame | Future[pl.DataFrame],
+                 line: pl.Expr) -> None:
+        self.kind = kind
+        self.line = line
+        self._frame = frame
+
+    @property
+    def ready(self) -> bool:
+        return not isinstance(self._frame, Future) or self._frame.done()
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        if isinstance(self._frame, Future):
+            self._frame = self._frame.result()
+        return self._frame
 
 
 @dataclass
@@ -151,38 +170,196 @@ def _labels(n: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _outputs(run: Run, steps: list[int] | None) -> pl.DataFrame:
-    """Per execution: its outputs as a JSON list of "dtype[shape]"."""
-    o = run.outputs if steps is None else run.outputs.filter(pl.col("step").is_in(steps))
-    kinds = o.select("dtype", "shape").unique().with_columns(
-        desc=jstr(pl.concat_str(pl.col("dtype"), pl.lit("["),
-                                pl.col("shape").cast(pl.List(pl.String)).list.join(","),
-                                pl.lit("]"))))
-    key = ["worker", "step", "exec_idx"]
-    o = o.join(kinds, on=["dtype", "shape"], how="left", nulls_equal=True).with_columns(
-        _n=pl.len().over(key))
-    # Most executions have one output: no string aggregation for them.
-    one = o.filter(pl.col("_n") == 1).select(
-        *key, outputs_json=pl.concat_str(pl.lit("["), "desc", pl.lit("]")))
-    many = o.filter(pl.col("_n") > 1).group_by(key).agg(outputs_json=pl.concat_str(
-        pl.lit("["), pl.col("desc").sort_by("slot").str.join(","), pl.lit("]")))
-    return pl.concat([one, many])
+# ----------------------------------------------------------------------------- codes
+# Nodes repeat every step: what is the same for every execution of a node on a thread
+# (its labels, its track, its process, the static part of its JSON) is computed once per
+# distinct (worker, lane, thread, stat name, label) -- a "code" -- and gathered by code.
+# Per execution there are only integers, handled with numpy.
+
+_CODE = ["worker", "lane", "thread_id", "stat_name", "timeline_label"]
 
 
-def _executions(run: Run, steps: list[int] | None) -> pl.DataFrame:
+def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids 0..k-1 for the distinct values of an int64 array (in value order), k."""
+    if not key.size:
+        return key.astype(np.int64), 0
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo < 4 * key.size + 4096:
+        present = np.zeros(hi - lo + 1, bool)
+        present[key - lo] = True
+        ids = np.cumsum(present) - 1
+        return ids[key - lo], int(ids[-1]) + 1
+    values, inverse = np.unique(key, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), int(values.size)
+
+
+def group_codes(frame: pl.DataFrame, cols: list[str]) -> tuple[np.ndarray, int]:
+    """A dense code per row for the distinct values of `cols` (exact: strings are numbered
+    through polars categoricals; null is a value of its own), and the number of codes."""
+    return _combine([c.to_numpy() for c in _ints(frame, cols).iter_columns()], frame.height)
+
+
+def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarray, int]:
+    """A dense code per row for the distinct rows of integer columns, and their number."""
+    key, size = np.zeros(columns[0].size if n is None else n, np.int64), 1
+    for values in columns:
+        lo = int(values.min(initial=0))
+        width = int(values.max(initial=0)) - lo + 1
+        if size * width >= 1 << 62:  # too wide for one int64: number what there is so far
+            key, size = _dense(key)
+            if size * width >= 1 << 62:
+                values, width = _dense(values)
+                lo = 0
+        key, size = key * width + (values - lo), size * width
+    return _dense(key)
+
+
+def _ints(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """`cols` as Int64 (strings by their categorical codes, comparable across frames of the
+    process), null as -1."""
+    return frame.select(
+        (pl.col(c).cast(pl.Categorical).to_physical() if frame.schema[c] == pl.String
+         else pl.col(c)).cast(pl.Int64).fill_null(-1) for c in cols)
+
+
+def _representatives(code: np.ndarray, k: int) -> np.ndarray:
+    """A row of each code (all rows of a code hold the same key)."""
+    rep = np.zeros(k, np.int64)
+    rep[code] = np.arange(code.size)
+    return rep
+
+
+@dataclass
+class _Executions:
+    frame: pl.DataFrame  # the run's node rows of the chosen steps
+    code: np.ndarray  # per row
+    nodes: pl.DataFrame  # per code: the static columns, the labels' JSON fragments, gpu
+    ts: np.ndarray
+    dur: np.ndarray
+    end: np.ndarray
+    group: np.ndarray  # per row: a dense id of its (worker, step)
+
+
+def _executions(run: Run, steps: list[int] | None) -> _Executions:
     n = run.nodes if steps is None else run.nodes.filter(pl.col("step").is_in(steps))
-    n = n.with_columns(gpu=pl.col("lane").str.contains(_GPU_LANE))
-    n = n.join(_labels(n), on=["stat_name", "timeline_label", "gpu", "op_type"],
-               how="left", nulls_equal=True)
-    n = n.join(_outputs(run, steps), on=["worker", "step", "exec_idx"], how="left")
-    return n.select(
-        "worker", "step", "exec_idx", "device", "lane", "lane_kind", "thread_id",
-        "node_name", "op_json", "name_json", "sargs",
-        ts="all_start_us", dur="all_end_rel_us",
-        end=pl.col("all_start_us") + pl.col("all_end_rel_us"),
-        outputs_json=pl.col("outputs_json").fill_null("[]"),
-        bytes="output_bytes",
-    )
+    # worker, lane, thread_id, stat_name and timeline_label determine the other static
+    # columns (analyzer/model.py derives device and lane_kind from the lane, node_name from
+    # stat_name, op_type from the node name and label).
+    code, k = _node_codes(n)
+    nodes = n[_representatives(code, k)].select(
+        *_CODE, "node_name", "op_type", "device", "lane_kind",
+        gpu=pl.col("lane").str.contains(_GPU_LANE)).with_row_index("code")
+    nodes = nodes.join(_labels(nodes), on=["stat_name", "timeline_label", "gpu", "op_type"],
+                       how="left", nulls_equal=True, maintain_order="left")
+    ts = n["all_start_us"].to_numpy()
+    dur = n["all_end_rel_us"].to_numpy()
+    group, _ = group_codes(n, ["worker", "step"])
+    return _Executions(n, code, nodes, ts, dur, ts + dur, group)
+
+
+def _node_codes(n: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """group_codes(n, _CODE), cheaper: rows are numbered by worker, thread and label (the
+    label names the node), then checked to have the lane and stat name of another row of
+    their code; only when some do not are all five columns numbered."""
+    code, k = group_codes(n, ["worker", "thread_id", "timeline_label"])
+    rep = pl.Series(_representatives(code, k)[code])
+    same = n.select(pl.all_horizontal(
+        pl.col(c).eq_missing(pl.col(c).gather(rep)) for c in ("lane", "stat_name")))
+    if same.to_series().all():
+        return code, k
+    return group_codes(n, _CODE)
+
+
+def _outputs(run: Run, steps: list[int] | None, ex: _Executions
+             ) -> tuple[np.ndarray, pl.Series]:
+    """Per execution: its outputs as a JSON list of "dtype[shape]", as an index into a
+    series of distinct texts (and that series)."""
+    o = run.outputs if steps is None else run.outputs.filter(pl.col("step").is_in(steps))
+    out = np.zeros(ex.frame.height, np.int64)  # index into `texts`; 0: "[]"
+    texts = pl.Series(["[]"], dtype=pl.String)
+    if not o.height:
+        return out, texts
+    # The execution of each output: (worker, step, exec_idx) is unique in the nodes frame.
+    x_key, key_codes = _exec_keys(ex.frame, o)
+    if (x_key[1:] > x_key[:-1]).all():  # the run's order: no sort needed
+        row = np.minimum(np.searchsorted(x_key, key_codes), x_key.size - 1)
+    else:
+        order = np.argsort(x_key, kind="stable")
+        row = order[np.minimum(np.searchsorted(x_key, key_codes, sorter=order),
+                               x_key.size - 1)]
+    ok = x_key[row] == key_codes
+    if not ok.all():
+        o, row = o.filter(pl.Series(ok)), row[ok]
+    # Outputs repeat with their node: group them by (node code, slot), then check that each
+    # output has its group's dtype and shape; the ones that differ get groups of their own.
+    slot = o["slot"].cast(pl.Int64).fill_null(-1).to_numpy()
+    group, k = _dense(ex.code[row] * (int(slot.max()) + 2) + slot + 1)
+    rep = _representatives(group, k)
+    same = _same_outputs(o, rep[group])
+    if not same.all():
+        odd = np.flatnonzero(~same)
+        group[odd] = k + np.arange(odd.size)
+        k += odd.size
+        rep = _representatives(group, k)
+    desc = o[rep].select(jstr(pl.concat_str(
+        pl.col("dtype"), pl.lit("["),
+        pl.col("shape").cast(pl.List(pl.String)).list.join(","), pl.lit("]")))).to_series()
+    listed = pl.select(pl.concat_str(pl.lit("["), pl.lit(desc), pl.lit("]"))).to_series()
+    count = np.bincount(row, minlength=ex.frame.height)
+    one = count[row] == 1
+    # Most executions have one output: "[desc]" by group; the others join theirs.
+    texts = pl.concat([texts, listed])
+    out[row[one]] = 1 + group[one]
+    many = np.flatnonzero(~one)
+    if many.size:
+        joined = (
+            pl.DataFrame({"row": row[many], "slot": slot[many],
+                          "desc": desc.gather(group[many])})
+            .group_by("row").agg(text=pl.concat_str(
+                pl.lit("["), pl.col("desc").sort_by("slot").str.join(","), pl.lit("]"))))
+        out[joined["row"].to_numpy()] = texts.len() + np.arange(joined.height)
+        texts = pl.concat([texts, joined["text"]])
+    return out, texts
+
+
+def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
+    """Whether each output has the dtype and shape of output `other[i]` (numpy on the
+    dtype codes and the flattened shapes; a null shape or dimension is a value too)."""
+    dtype = o.get_column("dtype")
+    same = dtype.eq_missing(dtype.gather(other)).to_numpy()
+    shape = o.get_column("shape")
+    length = shape.list.len().cast(pl.Int64).fill_null(-1).to_numpy()
+    same &= length == length[other]
+    size = np.maximum(length, 0)
+    total = int(size.sum())
+    if total:
+        dims = shape.filter(pl.Series(size > 0)).explode().fill_null(-(1 << 62)).to_numpy()
+        first = np.cumsum(size) - size
+        row = np.repeat(np.arange(o.height), size)
+        at = np.arange(total) - first[row]
+        theirs = np.minimum(first[other][row] + at, total - 1)
+        same[row[dims != dims[theirs]]] = False
+    return same
+
+
+def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """int64 keys of (worker, step, exec_idx) for the rows of x and of o, comparable."""
+    one_worker = pl.concat([x.select(pl.col("worker").unique()),
+                            o.select(pl.col("worker").unique())]).n_unique() == 1
+    cols = ["step"] if one_worker else ["worker", "step"]
+    a, b = (_ints(f, cols) for f in (x, o))
+    st = [f["step"].to_numpy() for f in (a, b)]
+    w = [np.zeros(1, np.int64)] * 2 if one_worker else [f["worker"].to_numpy() for f in (a, b)]
+    lo = min(int(v.min(initial=0)) for v in st)
+    width = max(int(v.max(initial=0)) for v in st) - lo + 1
+    if max(int(v.max(initial=0)) for v in w) * width + width < 1 << 30:
+        ws = [wi * width + (si - lo) for wi, si in zip(w, st, strict=True)]
+    else:
+        both, _ = group_codes(pl.concat([a, b]), cols)
+        ws = [both[:x.height], both[x.height:]]
+    return tuple(  # type: ignore[return-value]
+        wsi * (1 << 32) + f["exec_idx"].cast(pl.Int64).to_numpy()
+        for wsi, f in zip(ws, (x, o), strict=True))
 
 
 def _x(cat: str, name: pl.Expr, args: list[Any]) -> pl.Expr:
@@ -194,17 +371,63 @@ def _x(cat: str, name: pl.Expr, args: list[Any]) -> pl.Expr:
     )
 
 
-def _op_part(x: pl.DataFrame) -> Part:
-    line = _x("Op", pl.col("op_json"), [
-        "sargs", pl.lit(',"step":'), "step", pl.lit(',"outputs":'), "outputs_json",
-        pl.lit(',"bytes":'), "bytes"])
-    return Part("op", x, line)
+def _head(cat: str) -> pl.Expr:
+    """Per code, the start of its events up to args.step's value (tid, ts and dur come
+    last)."""
+    return pl.concat_str(pl.lit(f'{{"ph":"X","cat":"{cat}","name":'), "op_json",
+                         pl.lit(',"pid":'), "pid", pl.lit(',"args":{'), "sargs",
+                         pl.lit(',"step":')).alias("head")
 
 
-def _step_rows(x: pl.DataFrame) -> pl.DataFrame:
+def _tail(rest: list[Any]) -> pl.Expr:
+    return pl.concat_str("head", "step", *rest, pl.lit('},"tid":'), "tid", pl.lit(',"ts":'),
+                         "ts", pl.lit(',"dur":'), "dur", pl.lit("}"))
+
+
+def _op_part(ex: _Executions, nodes: pl.DataFrame, sub: np.ndarray, tid: np.ndarray,
+             outputs: tuple[np.ndarray, pl.Series]) -> Part:
+    """The op events. Everything but the step, ts and dur is the same for the executions
+    of a node on one lane with the same outputs and bytes: that text is rendered once per
+    such combination and gathered, so a row only formats its ts and dur (int to text is
+    most of the rendering); the step's text is gathered too."""
+    out, texts = outputs
+    size = np.asarray(ex.frame["output_bytes"].cast(pl.Int64).fill_null(-1).to_numpy())
+    combo, k = _combine([ex.code, sub, out])
+    rep = _representatives(combo, k)
+    odd = np.flatnonzero(size != size[rep[combo]])  # bytes that differ from the node's
+    if odd.size:
+        extra, more = _combine([combo[odd], size[odd]])
+        combo[odd] = k + extra
+        k += more
+        rep = _representatives(combo, k)
+    static = pl.DataFrame({
+        "op_json": nodes["op_json"].gather(ex.code[rep]),
+        "pid": nodes["pid"].gather(ex.code[rep]), "tid": tid[rep],
+        "sargs": nodes["sargs"].gather(ex.code[rep]), "outputs": texts.gather(out[rep]),
+        "bytes": ex.frame["output_bytes"].gather(rep),
+    }).select(pl.concat_str(
+        pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
+        pl.lit(',"tid":'), "tid", pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'),
+        "outputs", pl.lit(',"bytes":'), "bytes", pl.lit(',"step":'))).to_series()
+    groups = int(ex.group.max(initial=-1)) + 1
+    steps = ex.frame["step"].gather(_representatives(ex.group, groups)).cast(pl.String)
+    frame = pl.DataFrame({"static": static.gather(combo), "step": steps.gather(ex.group),
+                          "ts": ex.ts, "dur": ex.dur})
+    return Part("op", frame, pl.concat_str("static", "step", pl.lit('},"ts":'), "ts",
+                                           pl.lit(',"dur":'), "dur", pl.lit("}")))
+
+
+def _step_rows(ex: _Executions) -> pl.DataFrame:
+    groups = int(ex.group.max(initial=-1)) + 1
+    ts = np.full(groups, np.iinfo(np.int64).max)
+    np.minimum.at(ts, ex.group, ex.ts)
+    end = np.full(groups, np.iinfo(np.int64).min)
+    np.maximum.at(end, ex.group, ex.end)
     return (
-        x.group_by("worker", "step")
-        .agg(ts=pl.col("ts").min(), end=pl.col("end").max(), node_stats=pl.len())
+        ex.frame[_representatives(ex.group, groups)].select("worker", "step")
+        .with_columns(ts=pl.Series(ts), end=pl.Series(end),
+                      node_stats=pl.Series(np.bincount(ex.group, minlength=groups),
+                                           dtype=pl.UInt32))
         .with_columns(dur=pl.col("end") - pl.col("ts"), pid=pl.lit(0, pl.Int64))
         .sort("worker", "step")
     )
@@ -213,37 +436,67 @@ def _step_rows(x: pl.DataFrame) -> pl.DataFrame:
 # ----------------------------------------------------------------------------- flows etc.
 
 
-def _flows(run: Run, x: pl.DataFrame) -> pl.DataFrame:
-    """One row per data edge between executions of a step on different threads: the
-    producer's execution that ended last before the consumer started."""
-    e = edges(run).filter(~pl.col("control")).select("worker", "src", "dst").unique()
-    ops, e = number_nodes(x.filter(pl.col("lane_kind").is_in(OP_LANES)), e)
-    consumers = (
-        ops.select("step", dst_nid="nid", c_ts="ts", c_dur="dur", c_pid="pid", c_tid="tid")
-        .join(e, on="dst_nid").sort("c_ts")
-    )
-    producers = ops.select("step", "name_json", src_nid="nid", p_end="end", p_ts="ts",
-                           p_dur="dur", p_pid="pid", p_tid="tid").sort("p_end")
-    f = consumers.join_asof(
-        producers, left_on="c_ts", right_on="p_end", by=["step", "src_nid"],
-        strategy="backward", check_sortedness=False,
-    ).drop_nulls("p_end").filter((pl.col("p_pid") != pl.col("c_pid"))
-                                 | (pl.col("p_tid") != pl.col("c_tid")))
+def _node_ids(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
+    """Per code, its node id in (worker, node_name) order; the ids (worker, node_name, nid)
+    for graph.edge_ids."""
+    ids = (nodes.select("worker", "node_name").unique().sort("worker", "node_name")
+           .with_row_index("nid"))
+    nid = nodes.select("worker", "node_name").join(
+        ids, on=["worker", "node_name"], how="left", maintain_order="left")["nid"]
+    return nid.cast(pl.Int64).to_numpy(), ids
+
+
+def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per data edge into an execution of an op lane: the producer's execution (same step,
+    op lane) that ended last before the consumer started. Rows of consumers, producers."""
+    op_lane = ex.nodes["lane_kind"].is_in(OP_LANES).to_numpy()
+    rows = np.flatnonzero(op_lane[ex.code])
+    node = nid[ex.code[rows]]
+    s_step = ex.group[rows]  # (worker, step): a node id belongs to one worker anyway
+    src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
+    nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
+    by_dst = np.argsort(dst, kind="stable")
+    e_src = src[by_dst]
+    degree = np.bincount(dst, minlength=nodes)
+    first_edge = np.concatenate([[0], np.cumsum(degree)])
+    count = degree[node]
+    consumer = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
+    q_src = e_src[np.repeat(first_edge[node] - (np.cumsum(count) - count), count)
+                  + np.arange(consumer.size)]
+    producer = asof_last(s_step * nodes + node, ex.end[rows],
+                         np.repeat(s_step, count) * nodes + q_src,
+                         np.repeat(ex.ts[rows], count))
+    found = np.flatnonzero(producer >= 0)
+    return rows[consumer[found]], rows[producer[found]]
+
+
+def _flows(ex: _Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: np.ndarray
+           ) -> pl.DataFrame:
+    """One row per data edge between executions of a step on different threads (pairs
+    from _flow_pairs), by the consumer's start."""
+    apart = (pid[p] != pid[c]) | (tid[p] != tid[c])
+    c, p = c[apart], p[apart]
+    by_start = np.argsort(ex.ts[c], kind="stable")
+    c, p = c[by_start], p[by_start]
+    f = pl.DataFrame({"id": np.arange(c.size), "code": ex.code[p],
+                      "s_pid": pid[p], "s_tid": tid[p], "f_pid": pid[c], "f_tid": tid[c],
+                      "p_ts": ex.ts[p], "p_end": ex.end[p], "p_dur": ex.dur[p],
+                      "c_ts": ex.ts[c], "c_dur": ex.dur[c]})
     # Inside the slices (half a microsecond from their edges) so that viewers bind the
     # arrows to the producer and the consumer and not to a neighbour that touches them.
     half = lambda ts, ok: pl.when(ok).then(pl.concat_str(ts, pl.lit(".5")))  # noqa: E731
-    return f.with_row_index("id").select(
-        "id", name="name_json",
-        s_pid="p_pid", s_tid="p_tid",
+    return f.select(
+        "id", "s_pid", "s_tid", "f_pid", "f_tid",
+        name=ex.nodes["name_json"].gather(f["code"]),
         s_ts=half(pl.col("p_end") - 1, pl.col("p_dur") >= 1).otherwise(
             pl.col("p_ts").cast(pl.String)),
-        f_pid="c_pid", f_tid="c_tid",
         f_ts=half(pl.col("c_ts"), pl.col("c_dur") >= 1).otherwise(
             pl.col("c_ts").cast(pl.String)),
     )
 
 
-def _flow_parts(flows: pl.DataFrame) -> list[Part]:
+def _flow_parts(flows: pl.DataFrame | Future[pl.DataFrame]) -> list[Part]:
     def line(ph: str, end: str) -> pl.Expr:
         return pl.concat_str(
             pl.lit(f'{{"ph":"{ph}",{end}"cat":"DataFlow","name":'), "name", pl.lit(',"id":'),
@@ -263,88 +516,155 @@ def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
     a = run.allocations.filter(pl.col("alloc_us") > 0)
     if steps is not None:
         a = a.filter(pl.col("step").is_in(steps))
-    a = (
-        a.sort(*key, "alloc_us")
-        .with_columns(value=pl.col("alloc_bytes").cum_sum().over(key))
-        # The value after the last record of each timestamp.
-        .filter(pl.struct(*key, "alloc_us").is_last_distinct())
-        .with_columns(_n=pl.len().over(key))
-    )
-    if a.height and int(a.select(pl.col("_n").max()).item()) > points:
+    if not a.height:
+        return pl.DataFrame(schema={"worker": pl.String, "step": pl.Int64, "name": pl.String,
+                                    "ts": pl.Int64, "value": pl.Int64})
+    code, k = group_codes(a, key)
+    t, v = a["alloc_us"].to_numpy(), a["alloc_bytes"].to_numpy()
+    o = np.lexsort((t, code))
+    code, t, v = code[o], t[o], v[o]
+    fresh = np.r_[True, code[1:] != code[:-1]]  # the first record of its key
+    total = np.cumsum(v)
+    value = total - (total - v)[np.flatnonzero(fresh)][np.cumsum(fresh) - 1]
+    # The value after the last record of each timestamp.
+    last = np.r_[fresh[1:] | (t[1:] != t[:-1]), True]
+    rows, code, t, value = o[last], code[last], t[last], value[last]
+    count = np.bincount(code, minlength=k)
+    names = a[_representatives(code, k)].select(name=jstr(pl.col("allocator_name")))["name"]
+    c = a[rows].select("worker", "allocator_name", "step").with_columns(
+        alloc_us=pl.Series(t, dtype=pl.Int64), value=pl.Series(value, dtype=pl.Int64),
+        name=names.gather(code), _n=pl.Series(count[code]))
+    if c.height and int(count.max()) > points:
         t0, t1 = pl.col("alloc_us").min().over(key), pl.col("alloc_us").max().over(key)
         bucket = (pl.col("alloc_us") - t0) * points // (t1 - t0 + 1)
-        many = a.filter(pl.col("_n") > points)
-        peaks = many.group_by(*key, bucket.alias("b")).agg(
+        many = c.filter(pl.col("_n") > points)
+        peaks = many.group_by(*key, "name", bucket.alias("b")).agg(
             alloc_us=pl.col("alloc_us").min(), value=pl.col("value").max())
-        lasts = many.group_by(*key).agg(pl.col("alloc_us").last(), pl.col("value").last())
-        a = pl.concat([a.filter(pl.col("_n") <= points).select(*key, "alloc_us", "value"),
-                       peaks.drop("b"), lasts.select(peaks.drop("b").columns)])
-        a = a.unique([*key, "alloc_us"], keep="first", maintain_order=True)
-    return a.select("worker", "step", ts="alloc_us", value="value",
-                    name=jstr(pl.col("allocator_name")))
+        lasts = many.group_by(*key, "name").agg(pl.col("alloc_us").last(),
+                                                 pl.col("value").last())
+        cols = [*key, "name", "alloc_us", "value"]
+        c = pl.concat([c.filter(pl.col("_n") <= points).select(cols), peaks.select(cols),
+                       lasts.select(cols)])
+        c = c.unique([*key, "alloc_us"], keep="first", maintain_order=True)
+    return c.select("worker", "step", "name", ts="alloc_us", value="value")
 
 
-def _counter_part(c: pl.DataFrame) -> Part:
+def _counter_part(c: pl.DataFrame | Future[pl.DataFrame]) -> Part:
     line = pl.concat_str(
         pl.lit('{"ph":"C","cat":"Memory","name":'), "name", pl.lit(',"pid":'), "pid",
         pl.lit(',"tid":0,"ts":'), "ts", pl.lit(',"args":{"bytes":'), "value", pl.lit("}}"))
     return Part("counter", c, line)
 
 
-def _critical(run: Run, steps: list[int] | None, x: pl.DataFrame) -> pl.DataFrame:
-    """Copies of the executions on each step's critical path (x's rows), in path order."""
-    cp = critical_paths(run, steps).select(
-        "worker", "step", "exec_idx", "wait_ns",
-        path_order=pl.int_range(pl.len()).over("worker", "step"))
-    return cp.join(x.drop("track_id"), on=["worker", "step", "exec_idx"])
+def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of each step's critical path (critical_paths' executions), in path order,
+    with their position on the path and wait_ns."""
+    on = ex.nodes["lane_kind"].is_in(CRITICAL_LANES).to_numpy()
+    rows = np.flatnonzero(on[ex.code])
+    start = ex.frame["start_ns"].to_numpy()[rows]
+    end = start + ex.frame["op_end_rel_ns"].to_numpy()[rows]
+    path, order = path_rows(group[rows], nid[ex.code[rows]], start, end,
+                            e["src_nid"].cast(pl.Int64).to_numpy(),
+                            e["dst_nid"].cast(pl.Int64).to_numpy())
+    wait = np.zeros(path.size, np.int64)
+    wait[1:] = start[path[1:]] - end[path[:-1]]
+    wait[order == 0] = 0
+    return rows[path], order, wait
 
 
 # ----------------------------------------------------------------------------- assembly
 
 
 def build_trace(run: Run, options: TimelineOptions) -> Trace:
+    """The events of options.steps. The outputs' texts, the flows' producers and the
+    memory counters are built in a second thread (numpy and polars release the GIL for
+    their array work); the flow and counter parts may still be futures when this returns
+    (Part.frame waits for them), so that writing the op events can start."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="timeline")
+    try:
+        trace = _build(run, options, pool)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=False)  # what was submitted still runs
+    return trace
+
+
+def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trace:
     steps = list(options.steps)
     subset = None if set(steps) == set(run.steps) else steps  # None: no filtering needed
-    x = _executions(run, subset)
-    procs = lanes.processes(x, run.workers)
+    counters = pool.submit(_counters, run, subset, options.max_counter_points
+                           ) if options.memory else None
+    ex = _executions(run, subset)
+    nodes = ex.nodes
+    if options.dataflow or options.critical_path:
+        e = edges(run)
+        nid, ids = _node_ids(nodes)
+    outputs = pool.submit(_outputs, run, subset, ex)
+    pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
+        ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
+    ) if options.dataflow else None
+    if options.critical_path:
+        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
+            ids, e.select("worker", "src", "dst").unique()), ex.group)
+    procs = lanes.processes(nodes, run.workers)
     devices = procs.filter(pl.col("device").is_not_null())
-    step_rows = _step_rows(x)
+    step_rows = _step_rows(ex)
     tables = lanes.number_tracks([
-        lanes.op_tracks(x, procs, run.threads),
+        lanes.op_tracks(nodes, procs, run.threads),
         step_rows.select("worker").unique().select(
             "worker", pid=pl.lit(0, pl.Int64), rank=pl.lit(0, pl.Int64),
             order=pl.lit(0, pl.Int64), name="worker"),
         devices.select("pid", rank=pl.lit(lanes.CRITICAL_RANK, pl.Int64),
                        order=pl.lit(0, pl.Int64), name=pl.lit("critical path")),
     ])
-    x = x.join(tables[0].select("worker", "lane", "thread_id", "track_id", "pid"),
-               on=["worker", "lane", "thread_id"])
-    frames = [x, step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
+    nodes = nodes.join(tables[0].select("worker", "lane", "thread_id", "track_id", "pid"),
+                       on=["worker", "lane", "thread_id"], how="left", maintain_order="left")
+    code = ex.code
+    track, pid = (nodes[c].cast(pl.Int64).to_numpy() for c in ("track_id", "pid"))
+    step = ex.frame["step"].to_numpy()
+    frames = [pl.DataFrame({"track_id": track[code], "ts": ex.ts, "end": ex.end}),
+              step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
     if options.critical_path:
-        frames.append(_critical(run, subset, x).join(tables[2].select("pid", "track_id"),
-                                                     on="pid"))
+        cp_track = tables[2].select("pid", "track_id")
+        by_pid = np.full(int(procs["pid"].to_numpy().max(initial=0)) + 1, -1, np.int64)
+        by_pid[cp_track["pid"].to_numpy()] = cp_track["track_id"].to_numpy()
+        frames.append(pl.DataFrame({"track_id": by_pid[pid[code[cp_rows]]],
+                                    "ts": ex.ts[cp_rows], "end": ex.end[cp_rows]}))
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
-    x = placed[0]
-    parts = [_op_part(x)]
-    if options.dataflow:
-        parts += _flow_parts(_flows(run, x))
+    tid = placed[0]["tid"].to_numpy()
+    parts = [_op_part(ex, nodes, placed[0]["sub"].to_numpy(), tid, outputs.result())]
+    if pairs is not None:
+        p_pairs = pairs
+        parts += _flow_parts(pool.submit(
+            lambda: _flows(ex, *p_pairs.result(), pid[code], tid)))
     parts.append(Part("step", placed[1], _x("Step", jstr(pl.concat_str(
         pl.lit("step "), pl.col("step"))), [pl.lit('"step":'), "step", pl.lit(',"worker":'),
                                              jstr(pl.col("worker")), pl.lit(',"node_stats":'),
                                              "node_stats"])))
     if options.critical_path:
-        parts.append(Part("critical_path", placed[2], _x("CriticalPath", pl.col("op_json"), [
-            "sargs", pl.lit(',"step":'), "step", pl.lit(',"order":'), "path_order",
-            pl.lit(',"wait_ns":'), "wait_ns"])))
+        head = nodes.select(_head("CriticalPath"))["head"]
+        cp = pl.DataFrame({
+            "head": head.gather(code[cp_rows]), "step": step[cp_rows], "order": cp_order,
+            "wait_ns": cp_wait, "tid": placed[2]["tid"], "ts": ex.ts[cp_rows],
+            "dur": ex.dur[cp_rows]})
+        parts.append(Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
+                                                      pl.lit(',"wait_ns":'), "wait_ns"])))
     with_counters: list[str] = []
-    if options.memory:
-        c = _counters(run, subset, options.max_counter_points).join(
-            procs.filter(pl.col("device").is_null()).select("worker", "pid"), on="worker")
-        parts.append(_counter_part(c))
-        with_counters = c.get_column("worker").unique().to_list()
+    if counters is not None:
+        allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
+        p_counters = counters
+        parts.append(_counter_part(pool.submit(
+            lambda: p_counters.result().join(allocators, on="worker"))))
+        # The workers with counters: those with allocation records (each has a point).
+        a = run.allocations.filter(pl.col("alloc_us") > 0)
+        if subset is not None:
+            a = a.filter(pl.col("step").is_in(subset))
+        with_counters = a.get_column("worker").unique().to_list()
     # An Allocators process only for workers with counters.
     procs = procs.filter(pl.col("device").is_not_null() | pl.col("worker").is_in(with_counters))
     other = {"generator": "runlens", "schema": SCHEMA, "steps": steps,
              "workers": run.workers, "ts_unit": "us (all_start_micros, as tf.timeline)"}
-    return Trace(lanes.metadata(procs, threads), [p for p in parts if p.frame.height], other)
+    return Trace(lanes.metadata(procs, threads), parts, other)

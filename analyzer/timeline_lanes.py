@@ -5,8 +5,8 @@ worker for the memory counters. Inside a device process, a track per real thread
 the op lanes ("thread 3", or its name from the trace's thread_names), per GPU stream
 ("stream:all", "stream:12", "memcpy") and the critical path. Events of a track that would
 overlap go to extra lanes ("thread 0 (lane 2)"), so that no two events on one Chrome
-Trace thread overlap at all (they touch at most): greedy interval colouring, found by a
-vectorised pass that leaves only the overlapping stretches to a heap sweep.
+Trace thread overlap at all (they touch at most): greedy interval colouring (each event
+takes the lowest lane free at its start), computed with numpy for all tracks at once.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 _RANK = {"device": 0, "other": 0, "stream_all": 1, "stream": 2, "memcpy": 3}
@@ -68,6 +69,9 @@ def number_tracks(tables: list[pl.DataFrame]) -> list[pl.DataFrame]:
     return [t.join(ids, on=cols) for t in tables]
 
 
+DEEP = 24  # lanes found by doubling before the heap sweep takes the rest
+
+
 def _sweep(seg: list[int], ts: list[int], end: list[int]) -> list[int]:
     """Lowest free lane for each interval, in start order; lanes reset at each new seg."""
     out: list[int] = []
@@ -89,43 +93,125 @@ def _sweep(seg: list[int], ts: list[int], end: list[int]) -> list[int]:
     return out
 
 
+def _ranks(*arrays: np.ndarray) -> list[np.ndarray]:
+    """The values of `arrays` replaced by their ranks among all of them (order kept)."""
+    values, inverse = np.unique(np.concatenate(arrays), return_inverse=True)
+    out, at = [], 0
+    for a in arrays:
+        out.append(inverse[at:at + a.size].astype(np.int64))
+        at += a.size
+    return out
+
+
+def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The lane of each interval [ts, end] within its track: the lowest lane free at its
+    start, taking intervals in (track, ts, end, row) order (a lane is free once its last
+    interval has ended; touching is fine). Greedy interval colouring, vectorised:
+
+    - a stretch of intervals that overlaps nothing before it starts afresh, and a stretch
+      of one interval (nearly all of them) is lane 0;
+    - lane k is a greedy chain over the intervals not on lanes < k: from the first of each
+      stretch, the next is the first later interval that starts at or after its end;
+      the chains are followed for all stretches at once by pointer doubling (past DEEP
+      lanes, a heap sweep takes the rest).
+    """
+    n = ts.size
+    sub = np.zeros(n, np.int64)
+    if n < 2:
+        return sub
+    track, ts, end = (np.asarray(a, np.int64) for a in (track, ts, end))
+    order = np.lexsort((end, ts, track))  # stable: ties in row order
+    t, a, b = track[order], ts[order], end[order]
+    lo = int(min(a.min(), b.min()))
+    span = int(max(a.max(), b.max())) - lo + 1
+    k = np.cumsum(np.r_[True, t[1:] != t[:-1]]) - 1  # track rank
+    if (int(k[-1]) + 1) * span >= 1 << 62:
+        a, b = _ranks(a, b)
+        lo, span = 0, 2 * n
+    # One time line for all tracks: a later track starts after every end of the ones before.
+    a = a - lo + k * span
+    b = b - lo + k * span
+    prev_end = np.maximum.accumulate(b)
+    fresh = np.r_[True, a[1:] >= prev_end[:-1]]
+    seg = np.cumsum(fresh)
+    alone = fresh & np.r_[fresh[1:], True]  # a stretch of one interval
+    multi = np.flatnonzero(~alone)  # sorted positions of the others
+    a, b, seg = a[multi], b[multi], seg[multi]
+    reach = np.searchsorted(a, b, side="left")  # the first interval starting after b
+    todo = np.ones(multi.size, bool)  # no lane yet
+    lane = 0
+    while todo.any():
+        rest = np.flatnonzero(todo)
+        m = rest.size
+        if lane == DEEP:  # many lanes deep: the rest by a heap sweep, lane by lane is slower
+            sub[order[multi[rest]]] = lane + np.asarray(
+                _sweep(seg[rest].tolist(), a[rest].tolist(), b[rest].tolist()), np.int64)
+            break
+        rank = np.concatenate([[0], np.cumsum(todo)])  # intervals without a lane before p
+        rs = seg[rest]
+        nxt = np.maximum(np.arange(1, m + 1), rank[reach[rest]])
+        inside = nxt < m
+        inside[inside] = rs[nxt[inside]] == rs[inside]
+        jump = np.append(np.where(inside, nxt, m), m).astype(np.int32)  # m: past the end
+        first = np.r_[True, rs[1:] != rs[:-1]]  # of each stretch: lane `lane`
+        on = np.append(first, True)
+        at = np.flatnonzero(first)
+        # Doubling: `at` holds the first 2^i intervals of each chain, jump = next^(2^i).
+        while True:
+            ahead = jump[at]
+            ahead = np.unique(ahead[~on[ahead]])
+            if not ahead.size:
+                break
+            on[ahead] = True
+            at = np.concatenate([at, ahead])
+            jump = jump[jump]
+        chain = rest[on[:m]]
+        sub[order[multi[chain]]] = lane
+        todo[chain] = False
+        lane += 1
+    return sub
+
+
 def sublanes(frame: pl.DataFrame) -> pl.DataFrame:
     """Add `sub`: the lane within the track (`track_id`) so that intervals [ts, end] on one
-    lane only touch. A stretch of intervals that overlaps nothing before it starts afresh;
-    stretches of one interval (nearly all of them) take lane 0 without a Python step."""
-    f = (frame.select("track_id", "ts", "end").with_row_index("_row")
-         .sort("track_id", "ts", "end", "_row"))
-    prev_end = pl.col("end").cum_max().shift(1).over("track_id")
-    f = f.with_columns(_seg=(prev_end.is_null() | (pl.col("ts") >= prev_end)).cum_sum())
-    f = f.with_columns(_multi=pl.len().over("_seg") > 1)
-    multi = f.filter("_multi")
-    sub = pl.zeros(frame.height, pl.Int64, eager=True).alias("sub")
-    if multi.height:
-        subs = _sweep(multi["_seg"].to_list(), multi["ts"].to_list(), multi["end"].to_list())
-        sub = sub.scatter(multi["_row"], subs)  # back in the frame's own row order
-    return frame.with_columns(sub)
+    lane only touch (see `lanes`)."""
+    sub = lanes(*(frame.get_column(c).to_numpy() for c in ("track_id", "ts", "end")))
+    return frame.with_columns(sub=pl.Series(sub))
 
 
 def place(frames: list[pl.DataFrame], tracks: pl.DataFrame
           ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Lanes and tids for frames of complete events (each with track_id, ts and end), given
-    the tracks (track_id, pid, name). Returns the frames with `tid`, and the threads: pid,
-    tid, name."""
-    frames = [sublanes(f) for f in frames]
-    threads = (
-        pl.concat([f.select("track_id", "sub").unique() for f in frames])
-        .join(tracks.select("track_id", "pid", "name").unique(), on="track_id")
-        .sort("track_id", "sub")
-        .with_columns(tid=pl.int_range(pl.len()).over("pid") + 1)
-    )
-    ids = threads.select("track_id", "sub", "tid")
-    placed = [f.with_columns(f.select("track_id", "sub").join(
-        ids, on=["track_id", "sub"], how="left", maintain_order="left")["tid"])
-        for f in frames]
-    return placed, threads.select(
-        "pid", "tid",
-        name=pl.when(pl.col("sub") == 0).then("name").otherwise(
-            pl.concat_str("name", pl.lit(" (lane "), "sub", pl.lit(")"))))
+    the tracks (track_id, pid, name). Returns the frames with `sub` and `tid`, and the
+    threads: pid, tid, name (a thread per lane of each track that has events)."""
+    cols = [np.concatenate([f.get_column(c).to_numpy().astype(np.int64) for f in frames])
+            for c in ("track_id", "ts", "end")]
+    track = cols[0]
+    sub = lanes(*cols)
+    info = tracks.select("track_id", "pid", "name").unique("track_id").sort("track_id")
+    size = int(max(info["track_id"].max() or 0, track.max(initial=0))) + 1
+    width = (np.bincount(track, minlength=size) > 0).astype(np.int64)  # lanes per track
+    deep = np.flatnonzero(sub)
+    np.maximum.at(width, track[deep], sub[deep] + 1)
+    base = np.zeros(width.size, np.int64)  # the tid of each track's lane 0
+    rows: list[tuple[int, int, str]] = []
+    used: dict[int, int] = {}
+    for track_id, pid, name in info.iter_rows():
+        for s in range(int(width[track_id])):
+            used[pid] = tid = used.get(pid, 0) + 1
+            if s == 0:
+                base[track_id] = tid
+            rows.append((pid, tid, name if s == 0 else f"{name} (lane {s})"))
+    tid = base[track] + sub
+    placed, at = [], 0
+    for f in frames:
+        h = f.height
+        placed.append(f.with_columns(sub=pl.Series(sub[at:at + h]),
+                                     tid=pl.Series(tid[at:at + h])))
+        at += h
+    threads = pl.DataFrame(rows, schema={"pid": pl.Int64, "tid": pl.Int64, "name": pl.String},
+                           orient="row")
+    return placed, threads
 
 
 def metadata(procs: pl.DataFrame, threads: pl.DataFrame) -> list[dict[str, Any]]:
