@@ -12,10 +12,12 @@ against tf.timeline's Timeline.generate_chrome_trace_format, in the same process
    parsed first (not timed), then for each step Timeline(step_stats)
    .generate_chrome_trace_format(show_dataflow=True, show_memory=True) and the string
    written to a file, as tf.train.ProfilerHook does; best of --repeat.
+   Each repeat writes new files on both sides, as a first export does (--overwrite: the
+   same names every repeat; on ext4 replacing a file also flushes the new one's data).
 5. Prints a Markdown table; rates are node stats per second.
 
 usage: python benchmarks/timeline.py [--node-stats 200000] [--fixture rnn_while]
-           [--tf-steps 32] [--repeat 3] [--seed 0]
+           [--tf-steps 32] [--repeat 3] [--seed 0] [--overwrite]
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+def best_of(repeat: int, fn: Callable[[int], Any]) -> tuple[float, Any]:
+    """Best time of fn(0), fn(1), ...; the repeat index lets each write its own files."""
     best, result = float("inf"), None
-    for _ in range(repeat):
+    for i in range(repeat):
         t0 = time.perf_counter()
-        result = fn()
+        result = fn(i)
         best = min(best, time.perf_counter() - t0)
     return best, result
 
@@ -53,7 +56,15 @@ def main() -> int:
                     help="tf.timeline runs on the first N steps (default 32)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overwrite", action="store_true",
+                    help="every repeat writes the same file names (on ext4, replacing a "
+                         "file flushes the new one's data) instead of new files")
     args = ap.parse_args()
+
+    def fresh(name: str, i: int) -> str:
+        """The file name of repeat i: new files unless --overwrite."""
+        return name if args.overwrite else f"r{i}-{name}"
+
 
     from engine import build_run, machine
 
@@ -80,10 +91,13 @@ def main() -> int:
 
         def ours(label: str, chosen: list[int], nodes: int, name: str, **kw: Any) -> None:
             opts = TimelineOptions(tuple(chosen), **kw)
-            sec, w = best_of(args.repeat, lambda: export(run, tmp / name, opts))
+            sec, w = best_of(args.repeat, lambda i: export(run, tmp / fresh(name, i), opts))
+            written = tmp / fresh(name, args.repeat - 1)
             rows.append({"name": label, "steps": len(chosen), "nodes": nodes,
                          "seconds": sec, "mb": w.json_bytes / 1e6,
-                         "file_mb": (tmp / name).stat().st_size / 1e6})
+                         "file_mb": written.stat().st_size / 1e6})
+            for i in range(args.repeat):  # disk space
+                (tmp / fresh(name, i)).unlink(missing_ok=True)
 
         ours("runlens, dataflow + memory", steps, n_all, "a.json", critical_path=False)
         ours("runlens, dataflow + memory + critical path (default)", steps, n_all, "b.json")
@@ -99,12 +113,12 @@ def main() -> int:
         tf_nodes = sum(len(d.node_stats) for md in metas for d in md.step_stats.dev_stats)
         assert tf_nodes == n_subset, (tf_nodes, n_subset)
 
-        def tf_export() -> int:
+        def tf_export(repeat: int) -> int:
             size = 0
             for i, md in enumerate(metas):
                 text = tf_timeline.Timeline(md.step_stats).generate_chrome_trace_format(
                     show_dataflow=True, show_memory=True)
-                (tmp / f"tf-{i}.json").write_text(text)
+                (tmp / fresh(f"tf-{i}.json", repeat)).write_text(text)
                 size += len(text)
             return size
 
