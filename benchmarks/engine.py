@@ -10,6 +10,8 @@ What it does, in one run:
    all_end_rel_* are multiplied by a seeded random factor in [0.5, 1.5). Partition graphs
    stay in every step file, as in the real ones.
 2. runlens, each measurement in a fresh subprocess (no import or cache state leaks):
+   no-cache = load_run(path, use_cache=False) (`analyze --no-cache`, e.g. a CI job that
+           keeps no cache), then all four views with ViewOptions();
    cold  = delete the run's .runlens cache, load_run(path, use_cache=True) (which also
            writes the cache), then all four views with ViewOptions();
    warm  = the same again with the cache present.
@@ -333,12 +335,12 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     from analyzer.views import VIEWS, ViewOptions
     emit(import_seconds=time.perf_counter() - t)
 
-    if mode == "cold":
+    if mode in ("cold", "no-cache"):
         _drop_cache(run_path)
     else:
         emit(cache_present_before=_cache_present(run_path))
     t = time.perf_counter()
-    run = load_run(run_path, use_cache=True, jobs=jobs)
+    run = load_run(run_path, use_cache=mode != "no-cache", jobs=jobs)
     ingest = time.perf_counter() - t
     emit(ingest_seconds=ingest, node_rows=run.nodes.height, warnings=len(run.warnings))
     opts = ViewOptions()
@@ -490,12 +492,13 @@ def main() -> int:
                          "each in a child")
     ap.add_argument("--profile-top", type=int, default=10)
     ap.add_argument("--json", type=Path, default=None, help="also write all results here")
-    ap.add_argument("--_child", choices=["cold", "warm", "tfprof", "profile-cold", "profile-warm"],
+    ap.add_argument("--_child", choices=["cold", "no-cache", "warm", "tfprof", "profile-cold",
+                                         "profile-warm"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--_run", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args._child in ("cold", "warm"):
+    if args._child in ("cold", "no-cache", "warm"):
         child_engine(args._run, args._child, args.jobs)
         return 0
     if args._child == "tfprof":
@@ -535,7 +538,7 @@ def main() -> int:
               f"in {built['build_seconds']:.1f} s")
         jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
 
-        for mode in ("cold", "warm"):
+        for mode in ("no-cache", "cold", "warm"):
             r = run_child(["--_child", mode, "--_run", str(out), *jobs_args])
             results[mode] = r
             if r["returncode"] != 0:
@@ -605,10 +608,11 @@ def main() -> int:
             x = rate / tf_rate
             return f"{x:,.1f}x" if x < 10 else f"{x:,.0f}x"
 
-        for mode in ("cold", "warm"):
+        for mode in ("no-cache", "cold", "warm"):
             r = results[mode]
             sec = r["ingest_seconds"] + r["views_seconds"]
-            rows.append({"name": f"runlens {mode}: load_run + 4 views (ingest "
+            label = "cold, --no-cache" if mode == "no-cache" else mode
+            rows.append({"name": f"runlens {label}: load_run + 4 views (ingest "
                                  f"{r['ingest_seconds']:.2f} s + views {r['views_seconds']:.2f} s)",
                          "nodes": n, "seconds": sec, "rate": n / sec, "ratio": ratio(n / sec),
                          "self": r.get("self_peak_rss_kib"),
