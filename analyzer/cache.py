@@ -85,7 +85,9 @@ def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
             continue
         try:
             for name in FRAMES:
-                frames[name].write_parquet(tmp / f"{name}.parquet", compression="lz4",
+                # snappy: the fastest to write here at about lz4's size (1M executions:
+                # 0.26 s and 26 MB vs lz4's 0.35 s and 24 MB; uncompressed 0.28 s, 64 MB).
+                frames[name].write_parquet(tmp / f"{name}.parquet", compression="snappy",
                                            statistics=False)
             (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
             if loc.exists():
