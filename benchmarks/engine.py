@@ -331,9 +331,10 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     t = time.perf_counter()
     import polars  # noqa: F401
 
+    from analyzer.ingest import native_decoder_available
     from analyzer.load import load_run
     from analyzer.views import VIEWS, ViewOptions
-    emit(import_seconds=time.perf_counter() - t)
+    emit(import_seconds=time.perf_counter() - t, native_decoder=native_decoder_available())
 
     if mode in ("cold", "no-cache"):
         _drop_cache(run_path)
@@ -549,6 +550,9 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.2f}" for k, v in r["views"].items()
                               if not k.endswith("_rows"))
                   + f" (imports {r['import_seconds']:.2f} s, not counted)")
+        if not results["cold"].get("native_decoder"):
+            print("WARNING: the C decoder is not built here (pip install -e '.[dev]' builds "
+                  "it in the tree); ingest used the protobuf walk")
         if not results["warm"].get("cache_present_before"):
             print("WARNING: the warm run found no cache; its figures are not warm")
 
