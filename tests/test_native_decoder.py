@@ -44,7 +44,7 @@ def _assert_same(ours: ingest.StepFrames, ref: ingest.StepFrames) -> None:
 def test_the_decoder_is_built():
     assert ingest.native_decoder_available(), (
         "analyzer/_stepstats.c was not compiled: install gcc and the Python headers, then "
-        "reinstall (ingest still works without it, ~15x slower)")
+        "reinstall (ingest still works without it, ~20x slower)")
 
 
 @pytest.fixture(params=sorted(p.name for p in FIXTURES.iterdir() if (p / "steps").is_dir()))
