@@ -153,7 +153,8 @@ def test_help_starts_without_loading_the_engine():
     code = ("import sys; sys.argv = ['analyze', '--help']\n"
             "import cli\n"
             "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('polars', 'google.protobuf', 'networkx', 'numpy') if m in sys.modules]\n"
+            "heavy = [m for m in ('polars', 'google.protobuf', 'networkx', 'numpy')\n"
+            "         if m in sys.modules]\n"
             "assert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
                          capture_output=True, text=True)
