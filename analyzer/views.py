@@ -251,7 +251,8 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     """
     flags = nodes.select(
         "key", "level",
-        start=_full_match_any(pl.col("name"), opts.start_name_regexes),
+        start=(pl.lit(True) if _is_everything(opts.start_name_regexes)
+               else _full_match_any(pl.col("name"), opts.start_name_regexes)),
         trim=_full_match_any(pl.col("name"), opts.trim_name_regexes),
     )
     simple = (_is_everything(opts.start_name_regexes) and not opts.trim_name_regexes
@@ -384,7 +385,7 @@ def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
     key = ORDER_BY[opts.order_by]
     sort_cols = ["name"] if key == "name" else [key, "name"]
     desc = [False] if key == "name" else [True, False]
-    ordered = rows.sort(sort_cols, descending=desc)
+    ordered = rows.select("key", "parent", *sort_cols).sort(sort_cols, descending=desc)
     children: dict[str | None, list[str]] = {}
     for k, p in zip(ordered["key"].to_list(), ordered["parent"].to_list(), strict=True):
         children.setdefault(p, []).append(k)
