@@ -723,16 +723,8 @@ static PyObject *table_dict(Buf *cols, const ColSpec *spec, int n) {
     return out;
 }
 
-static PyObject *strings_list(Interner *t) {
-    PyObject *out = PyList_New((Py_ssize_t)t->count);
-    if (!out) return NULL;
-    const uint32_t *e = (const uint32_t *)t->entries.data;
-    for (size_t i = 0; i < t->count; i++) {
-        PyObject *s = PyUnicode_DecodeUTF8(t->arena.data + e[2 * i], e[2 * i + 1], "strict");
-        if (!s) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, s);
-    }
-    return out;
+static PyObject *utf8_string(const uint8_t *p, size_t n) {
+    return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "strict");
 }
 
 static PyObject *shape_dims(const uint8_t *p, size_t n) {
@@ -755,14 +747,15 @@ static PyObject *shape_dims(const uint8_t *p, size_t n) {
     return dims;
 }
 
-static PyObject *shapes_list(Interner *t) {
+/* The interned values in code order, each turned into a Python object by `convert`. */
+static PyObject *interned_list(Interner *t, PyObject *(*convert)(const uint8_t *, size_t)) {
     PyObject *out = PyList_New((Py_ssize_t)t->count);
     if (!out) return NULL;
     const uint32_t *e = (const uint32_t *)t->entries.data;
     for (size_t i = 0; i < t->count; i++) {
-        PyObject *dims = shape_dims((const uint8_t *)t->arena.data + e[2 * i], e[2 * i + 1]);
-        if (!dims) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, dims);
+        PyObject *v = convert((const uint8_t *)t->arena.data + e[2 * i], e[2 * i + 1]);
+        if (!v) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
     }
     return out;
 }
@@ -779,8 +772,8 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
         "memory", table_dict(d->memory, MEMORY_COLS, M_COLS),
         "allocations", table_dict(d->allocs, ALLOC_COLS, A_COLS),
         "threads", table_dict(d->threads, THREAD_COLS, T_COLS),
-        "strings", strings_list(&d->strings),
-        "shapes", shapes_list(&d->shapes));
+        "strings", interned_list(&d->strings, utf8_string),
+        "shapes", interned_list(&d->shapes, shape_dims));
 }
 
 static PyMethodDef decoder_methods[] = {

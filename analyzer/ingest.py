@@ -570,7 +570,3 @@ def ingest_op_log_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def empty_op_log() -> tuple[pl.DataFrame, pl.DataFrame]:
     return _empty(OP_LOG_SCHEMA), _empty(CODE_SCHEMA)
-
-
-def empty_graph() -> pl.DataFrame:
-    return _empty(GRAPH_NODE_SCHEMA)
