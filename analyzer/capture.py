@@ -188,15 +188,15 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             self._fail("writing graph.pb", e)
 
     def before_run(self, run_context: Any) -> Any:
-        """Untraced steps ask the session for nothing: the step counter is fetched on the
-        first run (to start the timer) and read after traced runs; in between it is
-        predicted (+1 per run), and every traced run re-synchronizes it."""
+        """Untraced steps ask the session for nothing: the step counter is read after the
+        first run (to start the timer) and after traced runs; in between it is predicted
+        (+1 per run), and every traced run re-synchronizes it."""
         if self._disabled:
             return None
         try:
             if self._next_step is None:
                 self._request = False
-                return tf.compat.v1.train.SessionRunArgs({"step": self._step_tensor})
+                return None
             self._request = self._timer.should_trigger_for_step(self._next_step)
             if not self._request:
                 return None
@@ -211,12 +211,12 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             return
         try:
             if self._next_step is None:
-                if run_values.results is None:
-                    return  # before_run failed; nothing to count from
-                stale_step = int(run_values.results["step"])
-                # The timer starts counting at the first step seen, as in ProfilerHook.
-                self._timer.update_last_triggered_step(stale_step)
-                step = stale_step + 1
+                # The timer starts at the step before the first run, as in ProfilerHook.
+                # ProfilerHook fetches the counter in the run that increments it, which
+                # races with the increment unless the model reads it first (as Estimator
+                # builds it); reading after the run gives the same step without the race.
+                step = int(run_context.session.run(self._step_tensor))
+                self._timer.update_last_triggered_step(step - 1)
             elif self._request:
                 step = int(run_context.session.run(self._step_tensor))
                 self._timer.update_last_triggered_step(step)

@@ -58,14 +58,20 @@ def test_save_secs_follows_the_clock_not_the_steps():
 
 def _train_with_hooks(hooks, steps):
     """Train a tiny model; `hooks` may be a callable, to build hooks inside the graph."""
+    from tensorflow.python.training import training_util
+
     with tf.Graph().as_default():
         if callable(hooks):
             hooks = hooks()
-        x = tf.random.normal([8, 4])
-        w = tf.compat.v1.get_variable("w", [4, 2])
-        loss = tf.reduce_sum(tf.matmul(x, w))
         gs = tf.compat.v1.train.get_or_create_global_step()
-        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        # As Estimator does: the model runs after the step read that hooks fetch, so
+        # ProfilerHook's fetched (stale) step never races with the increment.
+        with tf.control_dependencies([training_util._get_or_create_global_step_read()]):
+            x = tf.random.normal([8, 4])
+            w = tf.compat.v1.get_variable("w", [4, 2])
+            loss = tf.reduce_sum(tf.matmul(x, w))
+            optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+            train = optimizer.minimize(loss, global_step=gs)
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as sess:
             for _ in range(steps):
                 sess.run(train)
@@ -277,8 +283,8 @@ def test_sigkill_mid_training_leaves_only_whole_step_files(tmp_path):
 
 
 def test_untraced_runs_add_nothing_to_session_run(tmp_path):
-    """Only the first run (to start the timer) and traced runs touch session.run's
-    arguments; ProfilerHook fetches the global step on every run."""
+    """Only traced runs touch session.run's arguments (the step counter is read after the
+    first run, in a run of its own); ProfilerHook fetches the global step on every run."""
     hook = CaptureHook(save_steps=4, output_dir=tmp_path)
     requests = []
     original = hook.before_run
@@ -293,4 +299,23 @@ def test_untraced_runs_add_nothing_to_session_run(tmp_path):
     asked = [a for a in requests if a is not None]
     traced = _captured_steps(tmp_path)
     assert traced == [4, 8, 12]
-    assert len(asked) == 1 + len(traced)  # the first run + the traced runs
+    assert len(asked) == len(traced)
+
+
+def test_steps_do_not_race_with_the_increment_when_the_model_ignores_the_step_read(tmp_path):
+    """Without Estimator's control dependency, a step fetched in the run that increments it
+    may be read before or after the increment (ProfilerHook then traces 3, 6, 8, 11 or
+    3, 6, 9 from run to run). The hook reads the counter after runs only, so the traced
+    steps are the same every time."""
+    for attempt in range(4):
+        run_dir = tmp_path / f"run{attempt}"
+        with tf.Graph().as_default():
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            w = tf.compat.v1.get_variable("w", [64, 64])
+            loss = tf.reduce_sum(tf.matmul(tf.random.normal([64, 64]), w))
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+            hook = CaptureHook(save_steps=3, output_dir=run_dir)
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+                for _ in range(11):
+                    sess.run(train)
+        assert _captured_steps(run_dir) == [3, 6, 9]
