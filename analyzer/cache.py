@@ -29,14 +29,14 @@ FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes",
 
 def fingerprint(run: RunDir) -> dict[str, Any]:
     """What the cache depends on: format version and every input file's size and mtime."""
-    files = [p for p in (run.graph, run.op_log) if p is not None] + list(run.steps.values())
+    files = [str(p) for p in (run.graph, run.op_log) if p is not None]
+    files += run.steps.values()
     manifest = run.path / "manifest.json"
     if manifest.is_file():
-        files.append(manifest)
+        files.append(str(manifest))
     entries = []
-    root = len(str(run.path / "x")) - 1  # files are under run.path; strings are faster
-    for p in files:
-        name = str(p)
+    root = len(str(run.path / "x")) - 1  # files are under run.path
+    for name in files:
         st = os.stat(name)
         entries.append([name[root:], st.st_size, st.st_mtime_ns])
     return {"cache_version": CACHE_VERSION, "worker": run.worker, "files": sorted(entries)}

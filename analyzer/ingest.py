@@ -220,7 +220,7 @@ def split_run_metadata(raw: Buffer) -> tuple[Buffer, list[Buffer]]:
 
 # ----------------------------------------------------------------------------- step files
 
-StepItem = tuple[Path, int, "int | None"]  # step file, its global step, manifest's size
+StepItem = tuple["str | Path", int, "int | None"]  # step file, its global step, manifest's size
 
 
 @dataclass
@@ -245,7 +245,7 @@ class _FileReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def read(self, path: Path, expected_size: int | None = None) -> memoryview:
+    def read(self, path: str | Path, expected_size: int | None = None) -> memoryview:
         """The file's bytes, valid until the next read."""
         try:
             with open(path, "rb", buffering=0) as f:

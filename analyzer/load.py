@@ -62,14 +62,14 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ing
     without it, processes once there is enough to do (the protobuf walk holds the GIL).
     """
     sizes = _manifest_sizes(run)
-    items = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
+    items: list[ingest.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
     batches = _batches(items, jobs)
     if jobs > 1 and len(batches) > 1:
         if ingest.native_decoder_available():
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 return _collect(pool.map(ingest.ingest_step_files, batches), batches,
                                 progress)
-        total_bytes = sum(p.stat().st_size for p, _, _ in items)
+        total_bytes = sum(os.stat(p).st_size for p, _, _ in items)
         if total_bytes >= PARALLEL_MIN_BYTES:
             results = _ingest_in_processes(batches, jobs, progress)
             if results is not None:

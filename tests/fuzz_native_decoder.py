@@ -54,7 +54,7 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
     seeds = []
     for name in SEED_FIXTURES:
         run = find_runs(ROOT / "fixtures" / "runs" / name)[0]
-        raw = next(iter(run.steps.values())).read_bytes()
+        raw = Path(next(iter(run.steps.values()))).read_bytes()
         seeds.append(bytes(ingest.split_run_metadata(raw)[0]))
     rng = random.Random(seed)
     accepted = 0

@@ -9,6 +9,7 @@ decoder either declines (ingest then asks protobuf) or agrees with protobuf row 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -147,7 +148,7 @@ def _mutations(data: bytes, rng: random.Random, count: int):
 @pytest.mark.parametrize("fixture", ["plain_session", "cnn", "gpu_mnist"])
 def test_corrupted_step_files_decline_or_agree_with_protobuf(fixture):
     run = find_runs(FIXTURES / fixture)[0]
-    raw = next(iter(run.steps.values())).read_bytes()
+    raw = Path(next(iter(run.steps.values()))).read_bytes()
     stats, _ = ingest.split_run_metadata(raw)
     rng = random.Random(fixture)
     agreed = declined = rejected_by_both = 0
@@ -175,7 +176,7 @@ def test_a_file_the_decoder_declines_is_read_by_protobuf(tmp_path):
     run = find_runs(FIXTURES / "plain_session")[0]
     items = [(p, s, None) for s, p in run.steps.items()]
     first_path, first_step, _ = items[0]
-    raw = first_path.read_bytes()
+    raw = Path(first_path).read_bytes()
     stats, _ = ingest.split_run_metadata(raw)
     parsed = ss.StepStats.FromString(bytes(stats))
     node = parsed.dev_stats[0].node_stats[0]
