@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analyzer.errors import RunlensError
@@ -381,27 +382,56 @@ def _displayed_totals(rows: pl.DataFrame, chain: pl.DataFrame) -> pl.DataFrame:
 
 
 def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
-    """Depth-first display order with siblings sorted by order_by (ties by name)."""
+    """Depth-first display order with siblings sorted by order_by, ties by name, then key
+    (code frames under a hidden node can share a name); `depth` becomes the displayed
+    nesting level (1 = under the root).
+
+    A node's place is its parent's + 1 + the sizes of the subtrees of the siblings before
+    it, computed one nesting level at a time with numpy (keys can be long code paths:
+    hashing them row by row in Python cost more than the rest of the view).
+    """
     key = ORDER_BY[opts.order_by]
     sort_cols = ["name"] if key == "name" else [key, "name"]
     desc = [False] if key == "name" else [True, False]
-    ordered = rows.select("key", "parent", *sort_cols).sort(sort_cols, descending=desc)
-    children: dict[str | None, list[str]] = {}
-    for k, p in zip(ordered["key"].to_list(), ordered["parent"].to_list(), strict=True):
-        children.setdefault(p, []).append(k)
-    order: list[str] = []
-    nesting: list[int] = []
-    stack = [(k, 1) for k in reversed(children.get(None, []))]
-    while stack:
-        k, level = stack.pop()
-        order.append(k)
-        nesting.append(level)
-        stack.extend((c, level + 1) for c in reversed(children.get(k, [])))
-    pos = pl.DataFrame({"key": order, "pos": range(len(order)), "nesting": nesting},
-                       schema={"key": pl.String, "pos": pl.Int64, "nesting": pl.Int64})
-    # `depth` becomes the displayed nesting level (1 = under the root).
-    return rows.join(pos, on="key").sort("pos").drop("pos", "depth").rename(
-        {"nesting": "depth"})
+    n = rows.height
+    if n == 0:
+        return rows
+    siblings = (
+        rows.select(*sort_cols, "key", i=pl.int_range(n, dtype=pl.Int64),
+                    p=pl.col("parent").replace_strict(rows.get_column("key"),
+                                                      np.arange(n, dtype=np.int64),
+                                                      default=-1, return_dtype=pl.Int64)
+                    .fill_null(-1))
+        .sort(["p", *sort_cols, "key"], descending=[False, *desc, False])
+    )
+    i_sorted = siblings.get_column("i").to_numpy()
+    p_sorted = siblings.get_column("p").to_numpy()
+    parent = np.empty(n, dtype=np.int64)
+    parent[i_sorted] = p_sorted
+    has_parent = parent >= 0
+    safe_parent = np.where(has_parent, parent, 0)
+    nesting = np.ones(n, dtype=np.int64)
+    while True:
+        deeper = np.where(has_parent, nesting[safe_parent] + 1, 1)
+        if np.array_equal(deeper, nesting):
+            break
+        nesting = deeper
+    size = np.ones(n, dtype=np.int64)  # nodes in each subtree, itself included
+    for level in range(int(nesting.max()), 1, -1):
+        at = nesting == level
+        np.add.at(size, parent[at], size[at])
+    size_sorted = size[i_sorted]
+    before = np.cumsum(size_sorted) - size_sorted  # subtree sizes before, over all groups
+    first = np.ones(n, dtype=bool)
+    first[1:] = p_sorted[1:] != p_sorted[:-1]
+    offset = np.empty(n, dtype=np.int64)
+    offset[i_sorted] = before - np.maximum.accumulate(np.where(first, before, 0))
+    pos = offset.copy()
+    for level in range(2, int(nesting.max()) + 1):
+        at = nesting == level
+        pos[at] = pos[parent[at]] + 1 + offset[at]
+    order = np.argsort(pos)
+    return rows.with_columns(depth=pl.Series(nesting, dtype=pl.Int64))[order]
 
 
 def scope_view(run: Run, opts: ViewOptions) -> View:

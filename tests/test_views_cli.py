@@ -114,3 +114,32 @@ def test_critical_path_of_the_input_bound_run_goes_through_the_iterator():
     assert waits / doc["step_us"] > 0.5
     text = run_cli(["graph", run_dir, "--critical-path", "--no-cache"]).output
     assert text.startswith("critical path of step")
+
+
+@pytest.mark.parametrize("kind", ["scopes", "code"])
+@pytest.mark.parametrize("options", [
+    {}, {"order_by": "micros"}, {"hide_name_regexes": (".*gradients.*", ".*Adam.*")},
+    {"start_name_regexes": (".*dense.*", ".*conv.*")}, {"order_by": "bytes", "max_depth": 4},
+])
+def test_tree_rows_are_depth_first_with_siblings_in_a_total_order(kind, options):
+    """Each row follows its parent's subtree; siblings sort by order_by, then name, then key
+    (code frames under hidden nodes share names, and without the key their order changed
+    from process to process)."""
+    opts = ViewOptions(**options)
+    rows = VIEWS[kind](load_run(FIXTURES / "cnn"), opts).rows.to_dicts()
+    assert rows
+    metric = {"micros": "micros", "bytes": "requested_bytes"}.get(opts.order_by)
+    stack: list[str] = []  # keys of the open ancestors
+    last_child: dict[str | None, dict] = {}
+    for row in rows:
+        while stack and stack[-1] != row["parent"]:
+            stack.pop()
+        assert row["parent"] == (stack[-1] if stack else None), "not depth-first"
+        assert row["depth"] == len(stack) + 1
+        prev = last_child.get(row["parent"])
+        if prev is not None:
+            def sort_key(r):
+                return (-r[metric] if metric else 0, r["name"], r["key"])
+            assert sort_key(prev) < sort_key(row)
+        last_child[row["parent"]] = row
+        stack.append(row["key"])
