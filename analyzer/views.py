@@ -204,41 +204,37 @@ def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> Vi
     ).with_columns(accounted=_accounted(opts))
     # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
     # The ancestor at level l is the key cut where its l-th part ends (as in
-    # _ancestor_chain); the parts are exploded alongside their levels.
+    # _ancestor_chain), its parent the key cut where the part before ends; the parts are
+    # exploded alongside their levels.
+    up_end = pl.col("ends") - pl.col("anc_name").str.len_chars() - 2 * len(sep)
     anc = (
         items.select("key", "accounted", *ALL_METRICS, anc_name="path",
                      ends=_part_ends(pl.col("path"), sep),
                      level=pl.int_ranges(1, pl.col("path").list.len() + 1))
         .explode("anc_name", "ends", "level")
-        .with_columns(ancestor=pl.col("key").str.head(pl.col("ends") - len(sep)))
-        .drop("ends")
+        .select("accounted", *ALL_METRICS, "anc_name", "level",
+                ancestor=pl.col("key").str.head(pl.col("ends") - len(sep)),
+                up_key=pl.when(pl.col("level") > 1).then(pl.col("key").str.head(up_end)))
     )
+    accounted = pl.col("accounted")
+    own = items.select("key", accounted.alias("own_accounted"),
+                       *[pl.col(m).alias(f"self_{m}") for m in ALL_METRICS])
     nodes = (
         anc.group_by("ancestor")
         .agg(label=pl.col("anc_name").first(), level=pl.col("level").first(),
-             has_accounted=pl.col("accounted").any())
+             up_key=pl.col("up_key").first(), has_accounted=accounted.any(),
+             *[pl.col(m).filter(accounted).sum() for m in ALL_METRICS])
         .rename({"ancestor": "key"})
         .filter(pl.col("has_accounted"))  # tfprof keeps nodes with something accounted below
-    )
-    totals = (
-        anc.filter(pl.col("accounted"))
-        .group_by("ancestor")
-        .agg(*[pl.col(m).sum() for m in ALL_METRICS])
-        .rename({"ancestor": "key"})
-    )
-    own = items.select("key", "accounted",
-                       *[pl.col(m).alias(f"self_{m}") for m in ALL_METRICS])
-    nodes = (
-        nodes.join(totals, on="key", how="left")
         .join(own, on="key", how="left")
-        .with_columns([pl.col(c).fill_null(0) for c in ALL_METRICS]
-                      + [pl.col(f"self_{m}").fill_null(0) for m in ALL_METRICS]
-                      + [pl.col("accounted").fill_null(False)])
-        # A node that is not accounted contributes nothing of its own.
-        .with_columns([pl.when(pl.col("accounted")).then(pl.col(f"self_{m}")).otherwise(0)
-                       .alias(f"self_{m}") for m in ALL_METRICS])
-        # Scope nodes are named by their full name, code frames by their trace string.
-        .with_columns(name=pl.col("key") if kind == "scopes" else pl.col("label"))
+        # A node that is not accounted (or not an item) has no numbers of its own.
+        .with_columns(*[pl.when(pl.col("own_accounted")).then(pl.col(f"self_{m}"))
+                        .otherwise(0).alias(f"self_{m}") for m in ALL_METRICS],
+                      accounted=pl.col("own_accounted").fill_null(False),
+                      # Scope nodes are named by their full name, code frames by their
+                      # trace string.
+                      name=pl.col("key") if kind == "scopes" else pl.col("label"))
+        .drop("own_accounted")
     )
     return _display(kind, nodes, opts, sep)
 
@@ -250,29 +246,30 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     is set). A trimmed node still shows but nothing below it does (in the code view the
     trimmed node goes too); hidden nodes pass their displayed descendants up.
     """
-    flags = nodes.select(
-        "key", "level",
-        start=(pl.lit(True) if _is_everything(opts.start_name_regexes)
-               else _full_match_any(pl.col("name"), opts.start_name_regexes)),
-        trim=_full_match_any(pl.col("name"), opts.trim_name_regexes),
-    )
+    flag_exprs = {
+        "start": (pl.lit(True) if _is_everything(opts.start_name_regexes)
+                  else _full_match_any(pl.col("name"), opts.start_name_regexes)),
+        "trim": _full_match_any(pl.col("name"), opts.trim_name_regexes),
+    }
     simple = (_is_everything(opts.start_name_regexes) and not opts.trim_name_regexes
               and not opts.account_displayed_op_only)
-    chain = None if simple else _ancestor_chain(nodes, flags, sep)
-    if chain is None:  # every ancestor is a start node and none is trimmed
-        above = nodes.select("key", under_start=pl.col("level") > 1,
-                             under_trim=pl.lit(False), start_level=pl.lit(1, pl.Int64))
+    chain = None
+    if simple:  # every ancestor is a start node and none is trimmed
+        d = nodes.with_columns(**flag_exprs, under_start=pl.col("level") > 1,
+                               under_trim=pl.lit(False), start_level=pl.lit(1, pl.Int64))
     else:
+        flags = nodes.select("key", "level", **flag_exprs)
+        chain = _ancestor_chain(nodes, flags, sep)
         above = chain.group_by("key").agg(
             under_start=pl.col("a_start").any(),
             under_trim=pl.col("a_trim").any(),
             start_level=pl.col("k").filter(pl.col("a_start")).min(),
         )
-    d = (
-        nodes.join(above, on="key", how="left")
-        .join(flags.select("key", "start", "trim"), on="key")
-        .with_columns(pl.col("under_start", "under_trim").fill_null(False))
-    )
+        d = (
+            nodes.join(above, on="key", how="left")
+            .join(flags.select("key", "start", "trim"), on="key")
+            .with_columns(pl.col("under_start", "under_trim").fill_null(False))
+        )
     if _is_everything(opts.start_name_regexes):
         d = d.with_columns(depth=pl.col("level") + 1, eligible=pl.lit(True))
     else:  # the first match down each branch becomes a top node, at depth 2
@@ -287,7 +284,7 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         & _shown(opts, self_counts=kind == "scopes")
     )
     shown = d.filter(pl.col("displayed"))
-    rows = shown.join(_displayed_parents(nodes, shown, sep), on="key", how="left")
+    rows = shown.join(_displayed_parents(nodes, shown), on="key", how="left")
     if opts.account_displayed_op_only:
         assert chain is not None
         rows = _displayed_totals(rows, chain)
@@ -322,17 +319,13 @@ def _ancestor_chain(nodes: pl.DataFrame, flags: pl.DataFrame, sep: str) -> pl.Da
     )
 
 
-def _displayed_parents(nodes: pl.DataFrame, shown: pl.DataFrame, sep: str) -> pl.DataFrame:
+def _displayed_parents(nodes: pl.DataFrame, shown: pl.DataFrame) -> pl.DataFrame:
     """key -> parent: the nearest displayed strict ancestor of each displayed node (none
-    for top nodes). Climbs one level per round, only while some parent is hidden."""
-    last_part = pl.col("key").str.split(sep).list.last().str.len_chars()
-    up = nodes.select(
-        "key",
-        parent=pl.when(pl.col("level") > 1)
-        .then(pl.col("key").str.head(pl.col("key").str.len_chars() - last_part - len(sep))),
-    )
+    for top nodes). Climbs one level per round (`up_key`: the tree parent), only while some
+    parent is hidden."""
+    up = nodes.select("key", parent="up_key")
     displayed = shown.get_column("key").implode()
-    cur = shown.select("key").join(up, on="key", how="left")
+    cur = shown.select("key", parent="up_key")
     while True:
         hidden = pl.col("parent").is_not_null() & ~pl.col("parent").is_in(displayed)
         if not cur.select(hidden.any()).item():
