@@ -221,9 +221,9 @@ def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> Vi
                        *[pl.col(m).alias(f"self_{m}") for m in ALL_METRICS])
     nodes = (
         anc.group_by("ancestor")
-        .agg(label=pl.col("anc_name").first(), level=pl.col("level").first(),
-             up_key=pl.col("up_key").first(), has_accounted=accounted.any(),
-             *[pl.col(m).filter(accounted).sum() for m in ALL_METRICS])
+        .agg(*[pl.col(m).filter(accounted).sum() for m in ALL_METRICS],
+             label=pl.col("anc_name").first(), level=pl.col("level").first(),
+             up_key=pl.col("up_key").first(), has_accounted=accounted.any())
         .rename({"ancestor": "key"})
         .filter(pl.col("has_accounted"))  # tfprof keeps nodes with something accounted below
         .join(own, on="key", how="left")
