@@ -21,10 +21,11 @@ import polars as pl
 
 from analyzer.rundir import RunDir
 
-CACHE_VERSION = 3  # bump whenever ingest's frames change
-# The Run's frames (nodes with derived columns) and step -1's per-node numbers.
+CACHE_VERSION = 4  # bump whenever ingest's frames change
+# The Run's frames (nodes with derived columns), step -1's per-node numbers and the code
+# view's paths.
 FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes", "op_log",
-          "code", "node_stats")
+          "code", "node_stats", "code_paths")
 
 
 def fingerprint(run: RunDir) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, derive_node_columns
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir, find_runs
+from analyzer.views import code_paths
 
 Progress = Callable[[int, int], None]
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
@@ -155,11 +156,13 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
 
 def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None
                   ) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames, derived columns, and step -1's per-node numbers."""
+    """Ingest one run dir: its frames, derived columns, step -1's per-node numbers and the
+    other frames in DERIVED."""
     frames, warnings = _load_run_dir(run, jobs, progress)
     frames["nodes"] = derive_node_columns(frames["nodes"], frames["graph_nodes"])
     one = Run.from_frames(frames)
     frames["node_stats"] = node_stats(one, -1)
+    frames["code_paths"] = code_paths(one)
     return frames, warnings
 
 
@@ -210,4 +213,5 @@ def load_run(
         paths=[r.path for r in runs],
         warnings=warnings,
         node_stats={-1: _merged(parts, "node_stats")},
+        derived={"code_paths": _merged(parts, "code_paths")},
     )

@@ -39,7 +39,8 @@ class Run:
     """Frames of a run. `nodes` has one row per NodeExecStats (see DESIGN.md "Data model").
 
     Each frame may be given as a DataFrame or as a function that returns it (read on first
-    use). `node_stats` memoizes per-node numbers per step (see analyzer.nodestats).
+    use). `node_stats` memoizes per-node numbers per step (see analyzer.nodestats), and
+    `derived` other frames computed from these (`derived_frame`), which the cache keeps.
     """
 
     FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes",
@@ -57,26 +58,38 @@ class Run:
                  allocations: FrameSource, threads: FrameSource, graph_nodes: FrameSource,
                  op_log: FrameSource, code: FrameSource, paths: list[Path] | None = None,
                  warnings: list[str] | None = None,
-                 node_stats: dict[int, FrameSource] | None = None) -> None:
+                 node_stats: dict[int, FrameSource] | None = None,
+                 derived: dict[str, FrameSource] | None = None) -> None:
         self._frames: dict[str, FrameSource] = {
             "nodes": nodes, "outputs": outputs, "memory": memory, "allocations": allocations,
             "threads": threads, "graph_nodes": graph_nodes, "op_log": op_log, "code": code}
         self.paths = paths or []
         self.warnings = warnings or []
         self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
+        self.derived: dict[str, FrameSource] = dict(derived or {})
+
+    def derived_frame(self, name: str, build: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
+        """The frame `name` computed from this run by `build`, once (or read from the
+        cache, which stores what load_run's DERIVED names)."""
+        value = self.derived.get(name)
+        frame = build(self) if value is None else value() if callable(value) else value
+        self.derived[name] = frame
+        return frame
 
     @classmethod
     def from_frames(cls, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                     warnings: list[str] | None = None,
-                    node_stats: dict[int, FrameSource] | None = None) -> Run:
+                    node_stats: dict[int, FrameSource] | None = None,
+                    derived: dict[str, FrameSource] | None = None) -> Run:
         """A Run from a mapping with every name of FRAMES (others are ignored)."""
         f = {name: frames[name] for name in cls.FRAMES}
         return cls(f["nodes"], f["outputs"], f["memory"], f["allocations"], f["threads"],
                    f["graph_nodes"], f["op_log"], f["code"], paths=paths, warnings=warnings,
-                   node_stats=node_stats)
+                   node_stats=node_stats, derived=derived)
 
     def replace(self, **frames: FrameSource) -> Run:
-        """A copy with some frames replaced (per-node numbers are recomputed)."""
+        """A copy with some frames replaced (per-node numbers and derived frames are
+        recomputed)."""
         return Run.from_frames({**self._frames, **frames}, self.paths, self.warnings)
 
     @property

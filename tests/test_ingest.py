@@ -12,6 +12,7 @@ import pytest
 
 from analyzer.errors import RunDirError
 from analyzer.load import load_run
+from analyzer.views import VIEWS, ViewOptions
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 
@@ -121,6 +122,26 @@ def test_cache_is_used_and_invalidated(run_copy):
     victim.write_bytes(b"\x0a\xff")
     changed = load_run(run_dir)
     assert len(changed.steps) == len(cold.steps) - 1 and changed.warnings
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_views_read_from_the_cache_equal_fresh_views(tmp_path, workers):
+    """The cache keeps step -1's per-node numbers and the code paths: what views read from
+    it must be what a fresh ingest computes (one run dir, and a dir of two workers)."""
+    for w in range(workers):
+        run_dir = tmp_path / "exp" / f"worker-{w}"
+        shutil.copytree(FIXTURES / "cnn", run_dir, ignore=shutil.ignore_patterns(".runlens"))
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        manifest["task"] = None  # workers are named by their folders
+        (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    path = tmp_path / "exp" if workers > 1 else tmp_path / "exp" / "worker-0"
+    fresh = load_run(path, use_cache=False)
+    load_run(path)  # writes the cache
+    cached = load_run(path)
+    assert callable(cached.derived["code_paths"])  # read from Parquet, not recomputed
+    for kind, view in VIEWS.items():
+        a, b = view(fresh, ViewOptions()), view(cached, ViewOptions())
+        assert a.rows.height > 0 and a.rows.equals(b.rows) and a.root == b.root, kind
+
 
 def test_unwritable_run_dir_caches_in_the_user_cache(run_copy, tmp_path):
     run_dir = run_copy("mlp")
