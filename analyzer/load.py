@@ -22,7 +22,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, derive_node_columns
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir, find_runs
-from analyzer.views import code_paths
+from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
@@ -156,13 +156,15 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
 
 def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None
                   ) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames, derived columns, step -1's per-node numbers and the
-    other frames in DERIVED."""
+    """Ingest one run dir: its frames, derived columns, and what views need with their
+    default options (step -1's per-node numbers, code paths, the scope and code trees)."""
     frames, warnings = _load_run_dir(run, jobs, progress)
     frames["nodes"] = derive_node_columns(frames["nodes"], frames["graph_nodes"])
     one = Run.from_frames(frames)
     frames["node_stats"] = node_stats(one, -1)
     frames["code_paths"] = code_paths(one)
+    for kind in TREE_KINDS:
+        frames[f"{kind}_tree"] = default_tree_nodes(one, kind)
     return frames, warnings
 
 
@@ -213,5 +215,8 @@ def load_run(
         paths=[r.path for r in runs],
         warnings=warnings,
         node_stats={-1: _merged(parts, "node_stats")},
-        derived={"code_paths": _merged(parts, "code_paths")},
+        # Trees of several workers come from their merged numbers, not from their trees.
+        derived={"code_paths": _merged(parts, "code_paths"),
+                 **({f"{k}_tree": parts[0][f"{k}_tree"] for k in TREE_KINDS}
+                    if len(parts) == 1 else {})},
     )

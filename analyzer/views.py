@@ -146,10 +146,10 @@ def _is_everything(regexes: tuple[str, ...]) -> bool:
     return regexes == (".*",)
 
 
-def _accounted(opts: ViewOptions) -> pl.Expr:
-    if _is_everything(opts.account_type_regexes):
+def _accounted(account_type_regexes: tuple[str, ...]) -> pl.Expr:
+    if _is_everything(account_type_regexes):
         return pl.lit(True)
-    rx = "|".join(f"(?:{r})" for r in opts.account_type_regexes)
+    rx = "|".join(f"(?:{r})" for r in account_type_regexes)
     return pl.col("types").list.eval(pl.element().str.contains(f"^(?:{rx})$")).list.any()
 
 
@@ -174,7 +174,7 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     Thresholds compare each op type's own numbers (tfprof compares running totals down
     its sorted list, see docs/views.md).
     """
-    nodes = node_stats(run, opts.step).filter(_accounted(opts))
+    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
     per_type = nodes.group_by("op_type").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
         nodes=pl.len(),
@@ -199,8 +199,35 @@ def op_view(run: Run, opts: ViewOptions) -> View:
 # ----------------------------------------------------------------------------- trees
 
 
-def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> View:
-    """Shared engine of the scope and code views.
+TREE_KINDS = ("scopes", "code")
+_SEPARATORS = {"scopes": "/", "code": "\x1f"}  # between the parts of a tree node's key
+
+
+def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
+    """Shared engine of the scope and code views: the tree's nodes with their totals, then
+    what is displayed. At step -1 with every op type accounted (the defaults), the nodes
+    are computed once per run and cached with it (single run dirs: a tree over several
+    workers is built from their merged numbers)."""
+    sep = _SEPARATORS[kind]
+    if opts.step == -1 and _is_everything(opts.account_type_regexes):
+        nodes = default_tree_nodes(run, kind)
+    else:
+        nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts.step), opts.account_type_regexes,
+                           sep)
+    return _display(kind, nodes, opts, sep)
+
+
+def default_tree_nodes(run: Run, kind: str) -> pl.DataFrame:
+    """The nodes of the `kind` tree at step -1 with every op type accounted, once per run."""
+    def build(r: Run) -> pl.DataFrame:
+        return tree_nodes(kind, _TREE_ITEMS[kind](r, -1), (".*",), _SEPARATORS[kind])
+
+    return run.derived_frame(f"{kind}_tree", build)
+
+
+def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, ...],
+               sep: str) -> pl.DataFrame:
+    """Every node of a scope or code tree with its totals and own numbers.
 
     `items` has one row per tree node that carries numbers: `path` (list of names from the
     top, the last being the node itself), `types`, and the metrics. Ancestors that are not
@@ -212,7 +239,7 @@ def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> Vi
         pl.col("path").first(),
         pl.col("types").list.explode(keep_nulls=False, empty_as_null=False).unique(),
         *[pl.col(m).sum() for m in ALL_METRICS],
-    ).with_columns(accounted=_accounted(opts))
+    ).with_columns(accounted=_accounted(account_type_regexes))
     # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
     # The ancestor at level l is the key cut where its l-th part ends (as in
     # _ancestor_chain), its parent the key cut where the part before ends; the parts are
@@ -247,7 +274,7 @@ def tree_view(kind: str, items: pl.DataFrame, opts: ViewOptions, sep: str) -> Vi
                       name=pl.col("key") if kind == "scopes" else pl.col("label"))
         .drop("own_accounted")
     )
-    return _display(kind, nodes, opts, sep)
+    return nodes
 
 
 def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> View:
@@ -441,9 +468,12 @@ def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
 
 def scope_view(run: Run, opts: ViewOptions) -> View:
     """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below."""
-    nodes = node_stats(run, opts.step)
-    items = nodes.select(pl.col("name").str.split("/").alias("path"), "types", *ALL_METRICS)
-    return tree_view("scopes", items, opts, sep="/")
+    return tree_view("scopes", run, opts)
+
+
+def _scope_items(run: Run, step: int) -> pl.DataFrame:
+    return node_stats(run, step).select(pl.col("name").str.split("/").alias("path"), "types",
+                                        *ALL_METRICS)
 
 
 def _trace_string() -> pl.Expr:
@@ -488,18 +518,23 @@ def _code_paths(run: Run) -> pl.DataFrame:
 def code_view(run: Run, opts: ViewOptions) -> View:
     """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
     frames nest by call stack, outermost first, as tfprof's code view does."""
-    nodes = node_stats(run, opts.step)
-    items = nodes.join(code_paths(run), on=["worker", "name"], how="inner").select(
-        "path", "types", *ALL_METRICS)
-    view = tree_view("code", items, opts, sep="\x1f")
-    if not run.code.height:
+    view = tree_view("code", run, opts)
+    if not code_paths(run).height:
         view.notes.append("no code traces (op_log.pb missing or without them)")
     return view
 
 
+def _code_items(run: Run, step: int) -> pl.DataFrame:
+    return node_stats(run, step).join(code_paths(run), on=["worker", "name"], how="inner"
+                                      ).select("path", "types", *ALL_METRICS)
+
+
+_TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
+
+
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
-    nodes = node_stats(run, opts.step).filter(_accounted(opts))
+    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
     inputs = (
         run.graph_nodes.filter(pl.col("source") == "graph")
         .unique(subset=["worker", "name"], keep="first")
