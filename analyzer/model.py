@@ -149,13 +149,17 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
     Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
     the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
     Everything is computed on the distinct (worker, lane, name, label) keys, which repeat
-    every step, and joined back on those four columns as categoricals (hashing a million
-    long strings per join, or joining the whole frame, costs ten times more). The key
-    columns come back as strings.
+    every step; each execution finds its key's number with one join on the four columns
+    as categoricals, and every string column is gathered from the keys' table by that
+    number (hashing a million long strings, or carrying them through a join, costs several
+    times more). The key columns come back as strings.
     """
     key_cols = ["worker", "lane", "node_name", "timeline_label"]
     coded = nodes.select(pl.col(key_cols).cast(pl.Categorical))
-    keys = coded.unique().with_columns(pl.col(key_cols).cast(pl.String))
+    keys = coded.unique().with_row_index("key_id")
+    key_id = coded.join(keys, on=key_cols, how="left", nulls_equal=True,
+                        maintain_order="left").get_column("key_id")
+    keys = keys.with_columns(pl.col(key_cols).cast(pl.String))
     lanes = keys.select("worker", "lane").unique().with_columns(
         device=pl.coalesce(pl.col("lane").str.to_lowercase().str.extract(_DEVICE_PREFIX_RE, 1),
                            pl.col("lane").str.to_lowercase()),
@@ -182,12 +186,10 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
             .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
             .otherwise(pl.lit("unknown")),
         )
-        .select(pl.col(key_cols).cast(pl.Categorical), "graph_node", "device", "lane_kind",
-                "op_type", "op_type_source")
+        .sort("key_id")  # row i describes key i
     )
-    per_row = coded.join(derived, on=key_cols, how="left", nulls_equal=True,
-                         maintain_order="left")
-    return nodes.with_columns(pl.col(key_cols).cast(pl.String)).rename(
+    per_row = derived.select(pl.all().gather(key_id))
+    return nodes.with_columns(per_row.select(key_cols)).rename(
         {"node_name": "stat_name"}).hstack(
         per_row.select(pl.col("graph_node").alias("node_name"), "device", "lane_kind",
                        "op_type", "op_type_source"))
