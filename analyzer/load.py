@@ -154,17 +154,19 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     return {k: v.with_columns(worker) for k, v in out.items()}, warnings
 
 
-def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None
+def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None, for_cache: bool
                   ) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames, derived columns, and what views need with their
-    default options (step -1's per-node numbers, code paths, the scope and code trees)."""
+    """Ingest one run dir: its frames with derived columns; `for_cache`: also what views
+    need with their default options (step -1's per-node numbers, code paths, the scope and
+    code trees), which the cache stores (without it, views compute what they need)."""
     frames, warnings = _load_run_dir(run, jobs, progress)
     frames["nodes"] = derive_node_columns(frames["nodes"], frames["graph_nodes"])
-    one = Run.from_frames(frames)
-    frames["node_stats"] = node_stats(one, -1)
-    frames["code_paths"] = code_paths(one)
-    for kind in TREE_KINDS:
-        frames[f"{kind}_tree"] = default_tree_nodes(one, kind)
+    if for_cache:
+        one = Run.from_frames(frames)
+        frames["node_stats"] = node_stats(one, -1)
+        frames["code_paths"] = code_paths(one)
+        for kind in TREE_KINDS:
+            frames[f"{kind}_tree"] = default_tree_nodes(one, kind)
     return frames, warnings
 
 
@@ -205,13 +207,16 @@ def load_run(
         if cached is not None:
             frames, run_warnings = cached
         else:
-            frames, run_warnings = _fresh_frames(run, jobs, progress)
+            frames, run_warnings = _fresh_frames(run, jobs, progress, for_cache=use_cache)
             if use_cache:
                 cache.store(run, key, frames, run_warnings)
         parts.append(frames)
         warnings.extend(run_warnings)
+    frames = {name: _merged(parts, name) for name in Run.FRAMES}
+    if not use_cache:
+        return Run.from_frames(frames, paths=[r.path for r in runs], warnings=warnings)
     return Run.from_frames(
-        {name: _merged(parts, name) for name in Run.FRAMES},
+        frames,
         paths=[r.path for r in runs],
         warnings=warnings,
         node_stats={-1: _merged(parts, "node_stats")},
