@@ -17,6 +17,7 @@ to a file, the op events first, while the last parts may still be building.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from analyzer import timeline_lanes as lanes
 from analyzer.errors import RunlensError
 from analyzer.graph import asof_last, edge_ids, edges, path_rows
 from analyzer.jsonfrag import jlist, jstr
+from analyzer.jsonrows import Int, Line, Rows, Text, Texts
 from analyzer.model import Run
 from analyzer.steps import median_step
 
@@ -49,25 +51,30 @@ class TimelineOptions:
 
 
 class Part:
-    """Events of one kind: a frame with one row per event (or the future of one, still
-    being built in a second thread), and the expression that renders a row as one JSON
-    object."""
+    """Events of one kind: rows of a frame rendered as a JSON line each (jsonrows.Rows), or
+    the future of them, still being built in a second thread."""
 
-    def __init__(self, kind: str, frame: pl.DataFrame | Future[pl.DataFrame],
-                 line: pl.Expr) -> None:
+    def __init__(self, kind: str, rows: Rows | Future[Any],
+                 make: Callable[[Any], Rows] | None = None) -> None:
         self.kind = kind
-        self.line = line
-        self._frame = frame
+        self._rows = rows
+        self._make = make  # the future's result -> rows
 
     @property
     def ready(self) -> bool:
-        return not isinstance(self._frame, Future) or self._frame.done()
+        return not isinstance(self._rows, Future) or self._rows.done()
+
+    @property
+    def rows(self) -> Rows:
+        if isinstance(self._rows, Future):
+            result = self._rows.result()
+            self._rows = self._make(result) if self._make else result
+        assert isinstance(self._rows, Rows)
+        return self._rows
 
     @property
     def frame(self) -> pl.DataFrame:
-        if isinstance(self._frame, Future):
-            self._frame = self._frame.result()
-        return self._frame
+        return self.rows.frame
 
 
 @dataclass
@@ -362,59 +369,22 @@ def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray
         for wsi, f in zip(ws, (x, o), strict=True))
 
 
-def _x(cat: str, name: pl.Expr, args: list[Any]) -> pl.Expr:
-    """A complete event: rows need pid, tid, ts and dur; `args` are JSON fragments."""
-    return pl.concat_str(
-        pl.lit(f'{{"ph":"X","cat":"{cat}","name":'), name, pl.lit(',"pid":'), "pid",
-        pl.lit(',"tid":'), "tid", pl.lit(',"ts":'), "ts", pl.lit(',"dur":'), "dur",
-        pl.lit(',"args":{'), *args, pl.lit("}}"),
-    )
-
-
-def _head(cat: str) -> pl.Expr:
-    """Per code, the start of its events up to args.step's value (tid, ts and dur come
-    last)."""
-    return pl.concat_str(pl.lit(f'{{"ph":"X","cat":"{cat}","name":'), "op_json",
-                         pl.lit(',"pid":'), "pid", pl.lit(',"args":{'), "sargs",
-                         pl.lit(',"step":')).alias("head")
-
-
-def _tail(rest: list[Any]) -> pl.Expr:
-    return pl.concat_str("head", "step", *rest, pl.lit('},"tid":'), "tid", pl.lit(',"ts":'),
-                         "ts", pl.lit(',"dur":'), "dur", pl.lit("}"))
-
-
-def _op_part(ex: _Executions, nodes: pl.DataFrame, sub: np.ndarray, tid: np.ndarray,
+def _op_part(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray,
              outputs: tuple[np.ndarray, pl.Series]) -> Part:
-    """The op events. Everything but the step, ts and dur is the same for the executions
-    of a node on one lane with the same outputs and bytes: that text is rendered once per
-    such combination and gathered, so a row only formats its ts and dur (int to text is
-    most of the rendering); the step's text is gathered too."""
+    """The op events: per row, the texts of its node (code) and outputs and its numbers."""
     out, texts = outputs
-    size = np.asarray(ex.frame["output_bytes"].cast(pl.Int64).fill_null(-1).to_numpy())
-    combo, k = _combine([ex.code, sub, out])
-    rep = _representatives(combo, k)
-    odd = np.flatnonzero(size != size[rep[combo]])  # bytes that differ from the node's
-    if odd.size:
-        extra, more = _combine([combo[odd], size[odd]])
-        combo[odd] = k + extra
-        k += more
-        rep = _representatives(combo, k)
-    static = pl.DataFrame({
-        "op_json": nodes["op_json"].gather(ex.code[rep]),
-        "pid": nodes["pid"].gather(ex.code[rep]), "tid": tid[rep],
-        "sargs": nodes["sargs"].gather(ex.code[rep]), "outputs": texts.gather(out[rep]),
-        "bytes": ex.frame["output_bytes"].gather(rep),
-    }).select(pl.concat_str(
+    head = Texts(nodes.select(pl.concat_str(
         pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
-        pl.lit(',"tid":'), "tid", pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'),
-        "outputs", pl.lit(',"bytes":'), "bytes", pl.lit(',"step":'))).to_series()
-    groups = int(ex.group.max(initial=-1)) + 1
-    steps = ex.frame["step"].gather(_representatives(ex.group, groups)).cast(pl.String)
-    frame = pl.DataFrame({"static": static.gather(combo), "step": steps.gather(ex.group),
+        pl.lit(',"tid":'))).to_series())
+    args = Texts(nodes.select(pl.concat_str(
+        pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'))).to_series())
+    frame = pl.DataFrame({"code": ex.code, "tid": tid, "out": out,
+                          "bytes": ex.frame["output_bytes"], "step": ex.frame["step"],
                           "ts": ex.ts, "dur": ex.dur})
-    return Part("op", frame, pl.concat_str("static", "step", pl.lit('},"ts":'), "ts",
-                                           pl.lit(',"dur":'), "dur", pl.lit("}")))
+    line: Line = [Text("code", head), Int("tid"), Text("code", args),
+                  Text("out", Texts(texts)), ',"bytes":', Int("bytes"), ',"step":', Int("step"),
+                  '},"ts":', Int("ts"), ',"dur":', Int("dur"), "}"]
+    return Part("op", Rows(frame, line))
 
 
 def _step_rows(ex: _Executions) -> pl.DataFrame:
@@ -479,46 +449,45 @@ def _flows(ex: _Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: 
     c, p = c[apart], p[apart]
     by_start = np.argsort(ex.ts[c], kind="stable")
     c, p = c[by_start], p[by_start]
-    f = pl.DataFrame({"id": np.arange(c.size), "code": ex.code[p],
-                      "s_pid": pid[p], "s_tid": tid[p], "f_pid": pid[c], "f_tid": tid[c],
-                      "p_ts": ex.ts[p], "p_end": ex.end[p], "p_dur": ex.dur[p],
-                      "c_ts": ex.ts[c], "c_dur": ex.dur[c]})
     # Inside the slices (half a microsecond from their edges) so that viewers bind the
     # arrows to the producer and the consumer and not to a neighbour that touches them.
-    half = lambda ts, ok: pl.when(ok).then(pl.concat_str(ts, pl.lit(".5")))  # noqa: E731
-    return f.select(
-        "id", "s_pid", "s_tid", "f_pid", "f_tid",
-        name=ex.nodes["name_json"].gather(f["code"]),
-        s_ts=half(pl.col("p_end") - 1, pl.col("p_dur") >= 1).otherwise(
-            pl.col("p_ts").cast(pl.String)),
-        f_ts=half(pl.col("c_ts"), pl.col("c_dur") >= 1).otherwise(
-            pl.col("c_ts").cast(pl.String)),
-    )
+    s_half = ex.dur[p] >= 1
+    f_half = ex.dur[c] >= 1
+    f = pl.DataFrame({"id": np.arange(c.size), "code": ex.code[p],
+                      "s_pid": pid[p], "s_tid": tid[p], "f_pid": pid[c], "f_tid": tid[c],
+                      "s_ts": np.where(s_half, ex.end[p] - 1, ex.ts[p]),
+                      "s_half": s_half.astype(np.int64), "f_ts": ex.ts[c],
+                      "f_half": f_half.astype(np.int64)})
+    return f
 
 
-def _flow_parts(flows: pl.DataFrame | Future[pl.DataFrame]) -> list[Part]:
-    def line(ph: str, end: str) -> pl.Expr:
-        return pl.concat_str(
-            pl.lit(f'{{"ph":"{ph}",{end}"cat":"DataFlow","name":'), "name", pl.lit(',"id":'),
-            "id", pl.lit(',"pid":'), f"{ph}_pid", pl.lit(',"tid":'), f"{ph}_tid",
-            pl.lit(',"ts":'), f"{ph}_ts", pl.lit("}"))
-
-    return [Part("flow_start", flows, line("s", "")),
-            Part("flow_end", flows, line("f", '"bp":"e",'))]
+_HALF = Texts(["", ".5"])
 
 
-def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
+def _flow_parts(flows: Future[pl.DataFrame], names: Texts) -> list[Part]:
+    def part(kind: str, ph: str, end: str) -> Part:
+        line: Line = [f'{{"ph":"{ph}",{end}"cat":"DataFlow","name":', Text("code", names),
+                      ',"id":', Int("id"), ',"pid":', Int(f"{ph}_pid"), ',"tid":',
+                      Int(f"{ph}_tid"), ',"ts":', Int(f"{ph}_ts"), Text(f"{ph}_half", _HALF),
+                      "}"]
+        return Part(kind, flows, lambda f: Rows(f, line))
+
+    return [part("flow_start", "s", ""), part("flow_end", "f", '"bp":"e",')]
+
+
+def _counters(run: Run, steps: list[int] | None, points: int
+              ) -> tuple[pl.DataFrame, Texts]:
     """Bytes in use per allocator from the allocation records, cumulative within each step
     (a step's records start from what it allocates), one value per timestamp; a step with
     more than `points` of them keeps the maximum of each of `points` time buckets and the
-    last value."""
+    last value. `name` indexes the allocator names (JSON strings) returned with the frame."""
     key = ["worker", "allocator_name", "step"]
     a = run.allocations.filter(pl.col("alloc_us") > 0)
     if steps is not None:
         a = a.filter(pl.col("step").is_in(steps))
     if not a.height:
-        return pl.DataFrame(schema={"worker": pl.String, "step": pl.Int64, "name": pl.String,
-                                    "ts": pl.Int64, "value": pl.Int64})
+        return pl.DataFrame(schema={"worker": pl.String, "step": pl.Int64, "name": pl.Int64,
+                                    "ts": pl.Int64, "value": pl.Int64}), Texts([])
     code, k = group_codes(a, key)
     t, v = a["alloc_us"].to_numpy(), a["alloc_bytes"].to_numpy()
     o = np.lexsort((t, code))
@@ -533,7 +502,7 @@ def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
     names = a[_representatives(code, k)].select(name=jstr(pl.col("allocator_name")))["name"]
     c = a[rows].select("worker", "allocator_name", "step").with_columns(
         alloc_us=pl.Series(t, dtype=pl.Int64), value=pl.Series(value, dtype=pl.Int64),
-        name=names.gather(code), _n=pl.Series(count[code]))
+        name=pl.Series(code, dtype=pl.Int64), _n=pl.Series(count[code]))
     if c.height and int(count.max()) > points:
         t0, t1 = pl.col("alloc_us").min().over(key), pl.col("alloc_us").max().over(key)
         bucket = (pl.col("alloc_us") - t0) * points // (t1 - t0 + 1)
@@ -546,14 +515,17 @@ def _counters(run: Run, steps: list[int] | None, points: int) -> pl.DataFrame:
         c = pl.concat([c.filter(pl.col("_n") <= points).select(cols), peaks.select(cols),
                        lasts.select(cols)])
         c = c.unique([*key, "alloc_us"], keep="first", maintain_order=True)
-    return c.select("worker", "step", "name", ts="alloc_us", value="value")
+    return c.select("worker", "step", "name", ts="alloc_us", value="value"), Texts(names)
 
 
-def _counter_part(c: pl.DataFrame | Future[pl.DataFrame]) -> Part:
-    line = pl.concat_str(
-        pl.lit('{"ph":"C","cat":"Memory","name":'), "name", pl.lit(',"pid":'), "pid",
-        pl.lit(',"tid":0,"ts":'), "ts", pl.lit(',"args":{"bytes":'), "value", pl.lit("}}"))
-    return Part("counter", c, line)
+def _counter_part(c: Future[tuple[pl.DataFrame, Texts]]) -> Part:
+    def rows(made: tuple[pl.DataFrame, Texts]) -> Rows:
+        frame, names = made
+        return Rows(frame, ['{"ph":"C","cat":"Memory","name":', Text("name", names),
+                            ',"pid":', Int("pid"), ',"tid":0,"ts":', Int("ts"),
+                            ',"args":{"bytes":', Int("value"), "}}"])
+
+    return Part("counter", c, rows)
 
 
 def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group: np.ndarray
@@ -635,29 +607,38 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
     placed, threads = lanes.place(frames, tracks)
     tid = placed[0]["tid"].to_numpy()
-    parts = [_op_part(ex, nodes, placed[0]["sub"].to_numpy(), tid, outputs.result())]
+    parts = [_op_part(ex, nodes, tid, outputs.result())]
     if pairs is not None:
         p_pairs = pairs
+        names = Texts(nodes["name_json"])
         parts += _flow_parts(pool.submit(
-            lambda: _flows(ex, *p_pairs.result(), pid[code], tid)))
-    parts.append(Part("step", placed[1], _x("Step", jstr(pl.concat_str(
-        pl.lit("step "), pl.col("step"))), [pl.lit('"step":'), "step", pl.lit(',"worker":'),
-                                             jstr(pl.col("worker")), pl.lit(',"node_stats":'),
-                                             "node_stats"])))
+            lambda: _flows(ex, *p_pairs.result(), pid[code], tid)), names)
+    sr = placed[1].with_columns(w=pl.int_range(pl.len(), dtype=pl.Int64))
+    parts.append(Part("step", Rows(sr, [
+        '{"ph":"X","cat":"Step","name":"step ', Int("step"), '","pid":', Int("pid"),
+        ',"tid":', Int("tid"), ',"ts":', Int("ts"), ',"dur":', Int("dur"),
+        ',"args":{"step":', Int("step"), ',"worker":',
+        Text("w", Texts(sr.select(jstr(pl.col("worker"))).to_series())),
+        ',"node_stats":', Int("node_stats"), "}}"])))
     if options.critical_path:
-        head = nodes.select(_head("CriticalPath"))["head"]
+        head = Texts(nodes.select(pl.concat_str(
+            pl.lit('{"ph":"X","cat":"CriticalPath","name":'), "op_json", pl.lit(',"pid":'),
+            "pid", pl.lit(',"args":{'), "sargs", pl.lit(',"step":'))).to_series())
         cp = pl.DataFrame({
-            "head": head.gather(code[cp_rows]), "step": step[cp_rows], "order": cp_order,
+            "code": code[cp_rows], "step": step[cp_rows], "order": cp_order,
             "wait_ns": cp_wait, "tid": placed[2]["tid"], "ts": ex.ts[cp_rows],
             "dur": ex.dur[cp_rows]})
-        parts.append(Part("critical_path", cp, _tail([pl.lit(',"order":'), "order",
-                                                      pl.lit(',"wait_ns":'), "wait_ns"])))
+        parts.append(Part("critical_path", Rows(cp, [
+            Text("code", head), Int("step"), ',"order":', Int("order"), ',"wait_ns":',
+            Int("wait_ns"), '},"tid":', Int("tid"), ',"ts":', Int("ts"), ',"dur":', Int("dur"),
+            "}"])))
     with_counters: list[str] = []
     if counters is not None:
         allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
         p_counters = counters
         parts.append(_counter_part(pool.submit(
-            lambda: p_counters.result().join(allocators, on="worker"))))
+            lambda: (p_counters.result()[0].join(allocators, on="worker"),
+                     p_counters.result()[1]))))
         # The workers with counters: those with allocation records (each has a point).
         a = run.allocations.filter(pl.col("alloc_us") > 0)
         if subset is not None:
