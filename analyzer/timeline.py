@@ -203,7 +203,7 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 def group_codes(frame: pl.DataFrame, cols: list[str]) -> tuple[np.ndarray, int]:
     """A dense code per row for the distinct values of `cols` (exact: strings are numbered
     through polars categoricals; null is a value of its own), and the number of codes."""
-    return _combine([c.to_numpy() for c in _ints(frame, cols).iter_columns()], frame.height)
+    return _combine([_int_codes(frame.get_column(c), local=True) for c in cols], frame.height)
 
 
 def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarray, int]:
@@ -212,6 +212,8 @@ def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarra
     for values in columns:
         lo = int(values.min(initial=0))
         width = int(values.max(initial=0)) - lo + 1
+        if width == 1:
+            continue
         if size * width >= 1 << 62:  # too wide for one int64: number what there is so far
             key, size = _dense(key)
             if size * width >= 1 << 62:
@@ -221,12 +223,20 @@ def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarra
     return _dense(key)
 
 
-def _ints(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
-    """`cols` as Int64 (strings by their categorical codes, comparable across frames of the
-    process), null as -1."""
-    return frame.select(
-        (pl.col(c).cast(pl.Categorical).to_physical() if frame.schema[c] == pl.String
-         else pl.col(c)).cast(pl.Int64).fill_null(-1) for c in cols)
+def _int_codes(s: pl.Series, local: bool = False) -> np.ndarray:
+    """A column as int64: strings by their categorical codes (comparable across frames of
+    the process), null as -1. `local`: the codes are only compared within the column, so a
+    column of one value (the worker, nearly always) may be all zeros, without numbering.
+
+    Series operations: an eager DataFrame.select on the run's wide frames costs ~5 ms
+    before it does anything (polars 2.1)."""
+    if local and s.len() and s.dtype == pl.String and not s.null_count() and (s == s[0]).all():
+        return np.zeros(s.len(), np.int64)
+    if s.dtype == pl.String:
+        s = s.cast(pl.Categorical).to_physical()
+    if s.null_count():
+        s = s.cast(pl.Int64).fill_null(-1)
+    return np.asarray(s.to_numpy(), np.int64)
 
 
 def _representatives(code: np.ndarray, k: int) -> np.ndarray:
@@ -247,12 +257,20 @@ class _Executions:
     group: np.ndarray  # per row: a dense id of its (worker, step)
 
 
+# The columns of the run's node rows that the timeline reads.
+_COLUMNS = [*_CODE, "step", "exec_idx", "node_name", "op_type", "device", "lane_kind",
+            "all_start_us", "all_end_rel_us", "start_ns", "op_end_rel_ns", "output_bytes"]
+
+
 def _executions(run: Run, steps: list[int] | None) -> _Executions:
-    n = run.nodes if steps is None else run.nodes.filter(pl.col("step").is_in(steps))
+    lazy = run.nodes.lazy().select(_COLUMNS)
+    if steps is not None:
+        lazy = lazy.filter(pl.col("step").is_in(steps))
+    n = lazy.collect()
     # worker, lane, thread_id, stat_name and timeline_label determine the other static
     # columns (analyzer/model.py derives device and lane_kind from the lane, node_name from
     # stat_name, op_type from the node name and label).
-    code, k = _node_codes(n)
+    code, k = group_codes(n, _CODE)
     nodes = n[_representatives(code, k)].select(
         *_CODE, "node_name", "op_type", "device", "lane_kind",
         gpu=pl.col("lane").str.contains(_GPU_LANE)).with_row_index("code")
@@ -262,19 +280,6 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     dur = n["all_end_rel_us"].to_numpy()
     group, _ = group_codes(n, ["worker", "step"])
     return _Executions(n, code, nodes, ts, dur, ts + dur, group)
-
-
-def _node_codes(n: pl.DataFrame) -> tuple[np.ndarray, int]:
-    """group_codes(n, _CODE), cheaper: rows are numbered by worker, thread and label (the
-    label names the node), then checked to have the lane and stat name of another row of
-    their code; only when some do not are all five columns numbered."""
-    code, k = group_codes(n, ["worker", "thread_id", "timeline_label"])
-    rep = pl.Series(_representatives(code, k)[code])
-    same = n.select(pl.all_horizontal(
-        pl.col(c).eq_missing(pl.col(c).gather(rep)) for c in ("lane", "stat_name")))
-    if same.to_series().all():
-        return code, k
-    return group_codes(n, _CODE)
 
 
 def _outputs(run: Run, steps: list[int] | None, ex: _Executions
@@ -351,21 +356,24 @@ def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
 
 def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """int64 keys of (worker, step, exec_idx) for the rows of x and of o, comparable."""
-    one_worker = pl.concat([x.select(pl.col("worker").unique()),
-                            o.select(pl.col("worker").unique())]).n_unique() == 1
-    cols = ["step"] if one_worker else ["worker", "step"]
-    a, b = (_ints(f, cols) for f in (x, o))
-    st = [f["step"].to_numpy() for f in (a, b)]
-    w = [np.zeros(1, np.int64)] * 2 if one_worker else [f["worker"].to_numpy() for f in (a, b)]
+    wx, wo = x.get_column("worker"), o.get_column("worker")
+    first = wx[0] if wx.len() else None
+    one_worker = first is not None and not (wx.null_count() or wo.null_count()) and bool(
+        (wx == first).all() and (wo == first).all())
+    st = [np.asarray(f.get_column("step").to_numpy(), np.int64) for f in (x, o)]
     lo = min(int(v.min(initial=0)) for v in st)
     width = max(int(v.max(initial=0)) for v in st) - lo + 1
-    if max(int(v.max(initial=0)) for v in w) * width + width < 1 << 30:
-        ws = [wi * width + (si - lo) for wi, si in zip(w, st, strict=True)]
+    if one_worker:
+        ws = [si - lo for si in st]
     else:
-        both, _ = group_codes(pl.concat([a, b]), cols)
-        ws = [both[:x.height], both[x.height:]]
+        w = [_int_codes(wi) for wi in (wx, wo)]  # comparable codes across the two frames
+        if max(int(v.max(initial=0)) for v in w) * width + width < 1 << 30:
+            ws = [(wi + 1) * width + (si - lo) for wi, si in zip(w, st, strict=True)]
+        else:
+            both, _ = _combine([np.concatenate(w), np.concatenate(st)])
+            ws = [both[:x.height], both[x.height:]]
     return tuple(  # type: ignore[return-value]
-        wsi * (1 << 32) + f["exec_idx"].cast(pl.Int64).to_numpy()
+        wsi * (1 << 32) + np.asarray(f.get_column("exec_idx").to_numpy(), np.int64)
         for wsi, f in zip(ws, (x, o), strict=True))
 
 
