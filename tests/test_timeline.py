@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyzer import graph
 from analyzer.graph import critical_path, critical_paths
 from analyzer.load import load_run
 from analyzer.model import Run
@@ -202,6 +203,17 @@ def test_batched_critical_paths_equal_the_per_step_ones():
     for step in run.steps:
         one = every.filter(pl.col("step") == step).drop("worker", "step")
         assert one.equals(critical_path(run, step).ops)
+
+
+@pytest.mark.parametrize("link_rounds, walk_rounds", [(0, 1000), (2, 3), (1000, 2)])
+def test_critical_paths_walked_any_way_are_the_same(monkeypatch, link_rounds, walk_rounds):
+    """Searches, lookups after a few rounds, the Python walk of long paths: same paths."""
+    run = _run("rnn_while")
+    every = critical_paths(run)
+    monkeypatch.setattr(graph, "LINK_ROUNDS", link_rounds)
+    monkeypatch.setattr(graph, "LINK_SHARE", 0)
+    monkeypatch.setattr(graph, "WALK_ROUNDS", walk_rounds)
+    assert critical_paths(run).equals(every)
 
 
 def test_sublanes_never_overlap():
