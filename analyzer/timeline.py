@@ -337,21 +337,22 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions
 def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
     """Whether each output has the dtype and shape of output `other[i]` (numpy on the
     dtype codes and the flattened shapes; a null shape or dimension is a value too)."""
-    dtype = o.get_column("dtype")
-    same = dtype.eq_missing(dtype.gather(other)).to_numpy()
+    dtype = _int_codes(o.get_column("dtype"))
+    same = dtype == dtype[other]
     shape = o.get_column("shape")
     length = shape.list.len().cast(pl.Int64).fill_null(-1).to_numpy()
     same &= length == length[other]
     size = np.maximum(length, 0)
-    total = int(size.sum())
-    if total:
-        dims = shape.filter(pl.Series(size > 0)).explode().fill_null(-(1 << 62)).to_numpy()
-        first = np.cumsum(size) - size
-        row = np.repeat(np.arange(o.height), size)
-        at = np.arange(total) - first[row]
-        theirs = np.minimum(first[other][row] + at, total - 1)
-        same[row[dims != dims[theirs]]] = False
-    return same
+    if not size.any():
+        return same
+    flat = shape.explode(empty_as_null=False, keep_nulls=False).fill_null(-(1 << 62))
+    flat = flat.to_numpy()  # the dimensions only: nothing for an empty or null shape
+    first = np.cumsum(size) - size
+    # Each dimension against the same one of `other` (itself when the lengths differ).
+    delta = np.where(same, first[other] - first, 0)
+    differ = flat != flat[np.arange(flat.size) + np.repeat(delta, size)]
+    seen = np.concatenate([[0], np.cumsum(differ)])
+    return same & (seen[first + size] == seen[first])
 
 
 def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
