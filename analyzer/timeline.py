@@ -345,8 +345,8 @@ def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
     size = np.maximum(length, 0)
     if not size.any():
         return same
-    flat = shape.explode(empty_as_null=False, keep_nulls=False).fill_null(-(1 << 62))
-    flat = flat.to_numpy()  # the dimensions only: nothing for an empty or null shape
+    # The dimensions only: nothing for an empty or null shape.
+    flat = shape.explode(empty_as_null=False, keep_nulls=False).fill_null(-(1 << 62)).to_numpy()
     first = np.cumsum(size) - size
     # Each dimension against the same one of `other` (itself when the lengths differ).
     delta = np.where(same, first[other] - first, 0)
