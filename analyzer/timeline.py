@@ -435,7 +435,7 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
     s_step = ex.group[rows]  # (worker, step): a node id belongs to one worker anyway
     src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
     nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
-    by_dst = np.argsort(dst, kind="stable")
+    by_dst = np.lexsort((src, dst))  # a consumer's inputs in name order: flow ids are stable
     e_src = src[by_dst]
     degree = np.bincount(dst, minlength=nodes)
     first_edge = np.concatenate([[0], np.cumsum(degree)])
@@ -589,9 +589,12 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     if options.critical_path:
         cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
             ids, e.select("worker", "src", "dst").unique()), ex.group)
-    procs = lanes.processes(nodes, run.workers)
-    devices = procs.filter(pl.col("device").is_not_null())
     step_rows = _step_rows(ex)
+    # The run's workers: those of the chosen executions when they are all of the run's.
+    workers = (step_rows["worker"].unique().sort().to_list() if subset is None
+               else run.workers)
+    procs = lanes.processes(nodes, workers)
+    devices = procs.filter(pl.col("device").is_not_null())
     tables = lanes.number_tracks([
         lanes.op_tracks(nodes, procs, run.threads),
         step_rows.select("worker").unique().select(
@@ -648,13 +651,9 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
         parts.append(_counter_part(pool.submit(
             lambda: (p_counters.result()[0].join(allocators, on="worker"),
                      p_counters.result()[1]))))
-        # The workers with counters: those with allocation records (each has a point).
-        a = run.allocations.filter(pl.col("alloc_us") > 0)
-        if subset is not None:
-            a = a.filter(pl.col("step").is_in(subset))
-        with_counters = a.get_column("worker").unique().to_list()
+        with_counters = counters.result()[0].get_column("worker").unique().to_list()
     # An Allocators process only for workers with counters.
     procs = procs.filter(pl.col("device").is_not_null() | pl.col("worker").is_in(with_counters))
     other = {"generator": "runlens", "schema": SCHEMA, "steps": steps,
-             "workers": run.workers, "ts_unit": "us (all_start_micros, as tf.timeline)"}
+             "workers": workers, "ts_unit": "us (all_start_micros, as tf.timeline)"}
     return Trace(lanes.metadata(procs, threads), parts, other)
