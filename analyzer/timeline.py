@@ -429,10 +429,8 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Per data edge into an execution of an op lane: the producer's execution (same step,
     op lane) that ended last before the consumer started. Rows of consumers, producers."""
-    op_lane = ex.nodes["lane_kind"].is_in(OP_LANES).to_numpy()
-    rows = np.flatnonzero(op_lane[ex.code])
-    node = nid[ex.code[rows]]
-    s_step = ex.group[rows]  # (worker, step): a node id belongs to one worker anyway
+    rows, code, s_step, ts, end = _on_lanes(ex, OP_LANES, ex.group, ex.ts, ex.end)
+    node = nid[code]
     src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
     nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
     by_dst = np.lexsort((src, dst))  # a consumer's inputs in name order: flow ids are stable
@@ -443,11 +441,20 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
     consumer = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
     q_src = e_src[np.repeat(first_edge[node] - (np.cumsum(count) - count), count)
                   + np.arange(consumer.size)]
-    producer = asof_last(s_step * nodes + node, ex.end[rows],
-                         np.repeat(s_step, count) * nodes + q_src,
-                         np.repeat(ex.ts[rows], count))
+    producer = asof_last(s_step * nodes + node, end, np.repeat(s_step, count) * nodes + q_src,
+                         np.repeat(ts, count))
     found = np.flatnonzero(producer >= 0)
     return rows[consumer[found]], rows[producer[found]]
+
+
+def _on_lanes(ex: _Executions, kinds: list[str], *columns: np.ndarray) -> list[np.ndarray]:
+    """The rows of executions on lanes of `kinds`, their codes, and `columns` at those rows
+    (the columns themselves when every row is on such a lane, as in most runs)."""
+    on = ex.nodes["lane_kind"].is_in(kinds).to_numpy()
+    if on.all():
+        return [np.arange(ex.code.size), ex.code, *columns]
+    rows = np.flatnonzero(on[ex.code])
+    return [rows, ex.code[rows], *(c[rows] for c in columns)]
 
 
 def _flows(ex: _Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: np.ndarray
@@ -541,11 +548,11 @@ def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of each step's critical path (critical_paths' executions), in path order,
     with their position on the path and wait_ns."""
-    on = ex.nodes["lane_kind"].is_in(CRITICAL_LANES).to_numpy()
-    rows = np.flatnonzero(on[ex.code])
-    start = ex.frame["start_ns"].to_numpy()[rows]
-    end = start + ex.frame["op_end_rel_ns"].to_numpy()[rows]
-    path, order = path_rows(group[rows], nid[ex.code[rows]], start, end,
+    rows, code, group, start, end = _on_lanes(
+        ex, CRITICAL_LANES, group, ex.frame["start_ns"].to_numpy(),
+        ex.frame["op_end_rel_ns"].to_numpy())
+    end = start + end
+    path, order = path_rows(group, nid[code], start, end,
                             e["src_nid"].cast(pl.Int64).to_numpy(),
                             e["dst_nid"].cast(pl.Int64).to_numpy())
     wait = np.zeros(path.size, np.int64)
