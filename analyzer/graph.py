@@ -169,7 +169,10 @@ def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.n
     count = np.bincount(key, minlength=width)
     q_count = count[q_key]
     single = q_count == 1
-    if 2 * int(np.count_nonzero(single)) < q_key.size:  # mostly keys of many rows: search all
+    if 2 * int(np.count_nonzero(single)) < q_key.size:  # mostly keys of many rows
+        levels = int(count.max()).bit_length()
+        if levels <= BISECT_LEVELS:
+            return _asof_blocks(key, time, q_key, q_time, count, levels)
         return _asof_sorted(key, time, q_key, q_time)
     # A key with one row (a node that ran once in the step) needs no search.
     only = np.zeros(width, np.int64)
@@ -185,6 +188,32 @@ def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.n
         found = _asof_sorted(key[rows], time[rows], q_key[many], q_time[many])
         out[many] = np.where(found >= 0, rows[found], -1)
     return out
+
+
+BISECT_LEVELS = 6  # keys of up to 2^6 - 1 rows: searched by bisection within their rows
+
+
+def _asof_blocks(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray,
+                 count: np.ndarray, levels: int) -> np.ndarray:
+    """asof_last by sorting the rows by (key, time) and bisecting each query's key's rows
+    (count[k] rows of key k, at most 2^levels - 1), all queries at once, one level a round:
+    cheaper than a search of the whole array when keys have few rows."""
+    lo_t = min(int(time.min()), int(q_time.min()))
+    span = max(int(time.max()), int(q_time.max())) - lo_t + 1
+    if (count.size + 1) * span >= 1 << 62:
+        return _asof_sorted(key, time, q_key, q_time)
+    order = np.argsort(key * span + (time - lo_t), kind="stable")  # ties in index order
+    t = time[order]
+    first = np.zeros(count.size + 1, np.int64)
+    np.cumsum(count, out=first[1:])
+    start = first[q_key]
+    lo, hi = start, first[q_key + 1]  # the first row after q_time is in [lo, hi]
+    for _ in range(levels):
+        mid = (lo + hi) >> 1
+        later = (lo >= hi) | (t[np.minimum(mid, t.size - 1)] > q_time)
+        lo = np.where(later, lo, mid + 1)
+        hi = np.where(later, np.minimum(hi, mid), hi)
+    return np.where(lo > start, order[np.maximum(lo - 1, 0)], -1)
 
 
 def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray

@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -345,3 +346,26 @@ def test_parse_step_range():
     assert parse_step_range("3:7") == (3, 7)
     assert parse_step_range(":7") == (None, 7)
     assert parse_step_range("3:") == (3, None)
+
+
+@pytest.mark.parametrize("levels", [0, 2, 6])
+def test_asof_last_every_way_matches_a_plain_search(monkeypatch, levels):
+    """asof_last's searches (one row per key, bisection within keys, one sorted search)
+    against the definition, on random keys with many ties."""
+    monkeypatch.setattr(graph, "BISECT_LEVELS", levels)
+    rng = np.random.default_rng(levels)
+    for rows, width, single in [(300, 40, False), (300, 400, True), (50, 5, False)]:
+        key = rng.integers(0, width, rows)
+        time = rng.integers(0, 30, rows)
+        q_key = rng.integers(0, width + 3, 500)
+        q_time = rng.integers(-2, 33, 500)
+        if single:
+            key = rng.permutation(width)[:rows]
+        expect = []
+        for k, t in zip(q_key.tolist(), q_time.tolist(), strict=True):
+            best = -1
+            for i in range(rows):
+                if key[i] == k and time[i] <= t and (best < 0 or time[i] >= time[best]):
+                    best = i
+            expect.append(best)
+        assert graph.asof_last(key, time, q_key, q_time).tolist() == expect
