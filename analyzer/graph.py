@@ -196,24 +196,27 @@ BISECT_LEVELS = 6  # keys of up to 2^6 - 1 rows: searched by bisection within th
 def _asof_blocks(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray,
                  count: np.ndarray, levels: int) -> np.ndarray:
     """asof_last by sorting the rows by (key, time) and bisecting each query's key's rows
-    (count[k] rows of key k, at most 2^levels - 1), all queries at once, one level a round:
-    cheaper than a search of the whole array when keys have few rows."""
+    (count[k] rows of key k, at most 2^levels - 1), all queries at once, one level a round
+    (branchless: each round halves every query's range): cheaper than a search of the whole
+    array when keys have few rows."""
     lo_t = min(int(time.min()), int(q_time.min()))
     span = max(int(time.max()), int(q_time.max())) - lo_t + 1
     if (count.size + 1) * span >= 1 << 62:
         return _asof_sorted(key, time, q_key, q_time)
     order = np.argsort(key * span + (time - lo_t), kind="stable")  # ties in index order
-    t = time[order]
-    first = np.zeros(count.size + 1, np.int64)
-    np.cumsum(count, out=first[1:])
-    start = first[q_key]
-    lo, hi = start, first[q_key + 1]  # the first row after q_time is in [lo, hi]
+    order = np.append(order, -1)  # past the last row: no row
+    t = np.append(time[order[:-1]], np.iinfo(np.int64).max)
+    first = np.zeros(count.size, np.int64)
+    np.cumsum(count[:-1], out=first[1:])
+    base, n = first[q_key], count[q_key]
+    # Invariant: the answer is in [base, base + n) or there is none; t[base] <= q_time
+    # unless base is still the first row of the key.
     for _ in range(levels):
-        mid = (lo + hi) >> 1
-        later = (lo >= hi) | (t[np.minimum(mid, t.size - 1)] > q_time)
-        lo = np.where(later, lo, mid + 1)
-        hi = np.where(later, np.minimum(hi, mid), hi)
-    return np.where(lo > start, order[np.maximum(lo - 1, 0)], -1)
+        half = n >> 1
+        probe = base + half
+        base = np.where(t[probe] <= q_time, probe, base)
+        n -= half
+    return np.where((n > 0) & (t[base] <= q_time), order[base], -1)
 
 
 def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
