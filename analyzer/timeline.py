@@ -425,11 +425,19 @@ def _node_ids(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
     return nid.cast(pl.Int64).to_numpy(), ids
 
 
-def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
-                ) -> tuple[np.ndarray, np.ndarray]:
+def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, track: np.ndarray,
+                sub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per data edge into an execution of an op lane: the producer's execution (same step,
-    op lane) that ended last before the consumer started. Rows of consumers, producers."""
-    rows, code, s_step, ts, end = _on_lanes(ex, OP_LANES, ex.group, ex.ts, ex.end)
+    op lane) that ended last before the consumer started, when the two are on different
+    threads (a thread is a track's lane: `track` and `sub` per row). Rows of consumers,
+    producers.
+
+    Most consumers read inputs drawn on their own thread (in TF 2.x every CPU op has
+    thread 0): a consumer on lane 0 of a track whose input node's executions in the step
+    are all on lane 0 of that track gets no arrow from it, whichever execution it read, so
+    that query is left out before the search."""
+    rows, code, s_step, ts, end, trk, lane = _on_lanes(ex, OP_LANES, ex.group, ex.ts, ex.end,
+                                                       track, sub)
     node = nid[code]
     src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
     nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
@@ -441,10 +449,26 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame
     consumer = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
     q_src = e_src[np.repeat(first_edge[node] - (np.cumsum(count) - count), count)
                   + np.arange(consumer.size)]
-    producer = asof_last(s_step * nodes + node, end, np.repeat(s_step, count) * nodes + q_src,
-                         np.repeat(ts, count))
-    found = np.flatnonzero(producer >= 0)
-    return rows[consumer[found]], rows[producer[found]]
+    key = s_step * nodes + node
+    q_key = np.repeat(s_step, count) * nodes + q_src
+    width = int(max(key.max(initial=0), q_key.max(initial=0))) + 1
+    if consumer.size and width <= 4 * (key.size + q_key.size) + 4096:
+        # Per (step, node): the track of its executions when they are all on lane 0 of one
+        # track; -1 when it has none (no producer: nothing to search); -2 otherwise.
+        lo = np.full(width, np.iinfo(np.int64).max)
+        np.minimum.at(lo, key, np.where(lane == 0, trk, -2))
+        hi = np.full(width, -1)
+        np.maximum.at(hi, key, np.where(lane == 0, trk, np.iinfo(np.int64).max))
+        only = np.where(lo == hi, lo, -2)
+        only[lo == np.iinfo(np.int64).max] = -1
+        q_only = only[q_key]
+        keep = (q_only != -1) & ((q_only != np.repeat(trk, count)) | (np.repeat(lane, count) != 0))
+        consumer, q_key = consumer[keep], q_key[keep]
+    producer = asof_last(key, end, q_key, ts[consumer])
+    found = producer >= 0
+    c, p = consumer[found], producer[found]
+    apart = (trk[p] != trk[c]) | (lane[p] != lane[c])
+    return rows[c[apart]], rows[p[apart]]
 
 
 def _on_lanes(ex: _Executions, kinds: list[str], *columns: np.ndarray) -> list[np.ndarray]:
@@ -461,8 +485,6 @@ def _flows(ex: _Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: 
            ) -> pl.DataFrame:
     """One row per data edge between executions of a step on different threads (pairs
     from _flow_pairs), by the consumer's start."""
-    apart = (pid[p] != pid[c]) | (tid[p] != tid[c])
-    c, p = c[apart], p[apart]
     by_start = np.argsort(ex.ts[c], kind="stable")
     c, p = c[by_start], p[by_start]
     # Inside the slices (half a microsecond from their edges) so that viewers bind the
@@ -590,12 +612,6 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
         e = edges(run)
         nid, ids = _node_ids(nodes)
     outputs = pool.submit(_outputs, run, subset, ex)
-    pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
-        ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()))
-    ) if options.dataflow else None
-    if options.critical_path:
-        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
-            ids, e.select("worker", "src", "dst").unique()), ex.group)
     step_rows = _step_rows(ex)
     # The run's workers: those of the chosen executions when they are all of the run's.
     workers = (step_rows["worker"].unique().sort().to_list() if subset is None
@@ -614,8 +630,17 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
                        on=["worker", "lane", "thread_id"], how="left", maintain_order="left")
     code = ex.code
     track, pid = (nodes[c].cast(pl.Int64).to_numpy() for c in ("track_id", "pid"))
+    # The op events' lanes first (their tracks hold nothing else): the flows need them.
+    op_track = track[code]
+    op_sub = lanes.lanes(op_track, ex.ts, ex.end)
+    pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
+        ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()),
+        op_track, op_sub)) if options.dataflow else None
+    if options.critical_path:
+        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
+            ids, e.select("worker", "src", "dst").unique()), ex.group)
     step = ex.frame["step"].to_numpy()
-    frames = [pl.DataFrame({"track_id": track[code], "ts": ex.ts, "end": ex.end}),
+    frames = [pl.DataFrame({"track_id": op_track, "ts": ex.ts, "end": ex.end}),
               step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
     if options.critical_path:
         cp_track = tables[2].select("pid", "track_id")
@@ -624,7 +649,7 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
         frames.append(pl.DataFrame({"track_id": by_pid[pid[code[cp_rows]]],
                                     "ts": ex.ts[cp_rows], "end": ex.end[cp_rows]}))
     tracks = pl.concat([t.select("track_id", "pid", "name") for t in tables])
-    placed, threads = lanes.place(frames, tracks)
+    placed, threads = lanes.place(frames, tracks, [op_sub] + [None] * (len(frames) - 1))
     tid = placed[0]["tid"].to_numpy()
     parts = [_op_part(ex, nodes, tid, outputs.result())]
     if pairs is not None:

@@ -179,15 +179,30 @@ def sublanes(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(sub=pl.Series(sub))
 
 
-def place(frames: list[pl.DataFrame], tracks: pl.DataFrame
+def place(frames: list[pl.DataFrame], tracks: pl.DataFrame,
+          subs: list[np.ndarray | None] | None = None
           ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Lanes and tids for frames of complete events (each with track_id, ts and end), given
     the tracks (track_id, pid, name). Returns the frames with `sub` and `tid`, and the
-    threads: pid, tid, name (a thread per lane of each track that has events)."""
-    cols = [np.concatenate([f.get_column(c).to_numpy().astype(np.int64) for f in frames])
+    threads: pid, tid, name (a thread per lane of each track that has events).
+
+    `subs`: the lanes of some frames, already found by `lanes` (frames whose tracks no
+    other frame uses: lanes are per track)."""
+    given = subs or [None] * len(frames)
+    cols = [[f.get_column(c).to_numpy().astype(np.int64) for f in frames]
             for c in ("track_id", "ts", "end")]
-    track = cols[0]
-    sub = lanes(*cols)
+    todo = [i for i, s in enumerate(given) if s is None]
+    found = lanes(*(np.concatenate([c[i] for i in todo]) if todo else np.zeros(0, np.int64)
+                    for c in cols))
+    parts: list[np.ndarray] = []
+    done = 0
+    for i, known in enumerate(given):
+        if known is None:
+            known = found[done:done + frames[i].height]
+            done += frames[i].height
+        parts.append(np.asarray(known, np.int64))
+    track = np.concatenate(cols[0])
+    sub = np.concatenate(parts)
     info = tracks.select("track_id", "pid", "name").unique("track_id").sort("track_id")
     size = int(max(info["track_id"].max() or 0, track.max(initial=0))) + 1
     width = (np.bincount(track, minlength=size) > 0).astype(np.int64)  # lanes per track
