@@ -464,7 +464,14 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, track: np.nda
         q_only = only[q_key]
         keep = (q_only != -1) & ((q_only != np.repeat(trk, count)) | (np.repeat(lane, count) != 0))
         consumer, q_key = consumer[keep], q_key[keep]
-    producer = asof_last(key, end, q_key, ts[consumer])
+        # Only the executions of the nodes still asked about need to be searched.
+        asked = np.zeros(width, bool)
+        asked[q_key] = True
+        cand = np.flatnonzero(asked[key])
+        producer = asof_last(key[cand], end[cand], q_key, ts[consumer])
+        producer = np.where(producer >= 0, cand[np.maximum(producer, 0)], -1)
+    else:
+        producer = asof_last(key, end, q_key, ts[consumer])
     found = producer >= 0
     c, p = consumer[found], producer[found]
     apart = (trk[p] != trk[c]) | (lane[p] != lane[c])
