@@ -124,10 +124,12 @@ def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     t, a, b = track[order], ts[order], end[order]
     lo = int(min(a.min(), b.min()))
     span = int(max(a.max(), b.max())) - lo + 1
-    k = np.cumsum(np.r_[True, t[1:] != t[:-1]]) - 1  # track rank
+    k = t - t[0]  # track ids are dense (number_tracks): no need to rank them
     if (int(k[-1]) + 1) * span >= 1 << 62:
-        a, b = _ranks(a, b)
-        lo, span = 0, 2 * n
+        k = np.cumsum(np.r_[False, t[1:] != t[:-1]])  # track rank
+        if (int(k[-1]) + 1) * span >= 1 << 62:
+            a, b = _ranks(a, b)
+            lo, span = 0, 2 * n
     # One time line for all tracks: a later track starts after every end of the ones before.
     a = a - lo + k * span
     b = b - lo + k * span

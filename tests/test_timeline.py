@@ -369,3 +369,19 @@ def test_asof_last_every_way_matches_a_plain_search(monkeypatch, levels):
                     best = i
             expect.append(best)
         assert graph.asof_last(key, time, q_key, q_time).tolist() == expect
+
+
+def test_lanes_of_many_tracks_are_each_tracks_own():
+    """Lanes are per track, however far apart the track ids and the times are."""
+    from analyzer.timeline_lanes import lanes
+
+    rng = np.random.default_rng(1)
+    ts = rng.integers(0, 50, 200)
+    end = ts + rng.integers(0, 20, 200)
+    for ids in ([0, 1, 2], [5, 2**40, 3], [0, 2**61, 7]):
+        track = np.asarray(ids, np.int64)[rng.integers(0, 3, 200)]
+        got = lanes(track, ts * 10**15, end * 10**15)
+        for t in ids:
+            one = track == t
+            assert got[one].tolist() == lanes(np.zeros(one.sum(), np.int64), ts[one],
+                                              end[one]).tolist()
