@@ -10,6 +10,10 @@
  *   (1, values: int64 buffer)                              values[row] in decimal
  *   (2, index: int64 buffer, blob: bytes, offsets: int64)  blob[offsets[i]:offsets[i+1]],
  *                                                          i = index[row]
+ *   (3, first, item, blob, offsets, dims_first, dims)      a JSON list of the items
+ *       first[row]..first[row+1]-1, each "<text>[<dims>]" (the text of item[j] in blob,
+ *       already escaped; dims[dims_first[j]..dims_first[j+1]-1] joined by commas), or
+ *       null when item[j] < 0: the outputs of an op, "float[32,784]" (all int64 buffers)
  * render(segments, start, stop, prefix, suffix) returns the bytes of rows start..stop-1,
  * each as prefix + segments + suffix. jsonrows.py renders the same rows with polars when
  * this module is not built (tests/test_timeline_render.py checks they agree byte for byte).
@@ -23,12 +27,16 @@ typedef struct {
     int kind;
     const char *lit; /* kind 0 */
     Py_ssize_t lit_len;
-    const int64_t *values; /* kind 1: values; kind 2: text index */
+    const int64_t *values; /* kind 1: values; kind 2: text index; kind 3: first */
     Py_ssize_t n;
-    const char *blob; /* kind 2 */
+    const char *blob; /* kinds 2, 3 */
     const int64_t *offsets;
     Py_ssize_t texts; /* number of texts: offsets has texts + 1 entries */
+    const int64_t *item, *dims_first, *dims; /* kind 3 */
+    Py_ssize_t items, ndims;
 } Seg;
+
+#define VIEWS 6 /* buffers held per segment, at most */
 
 static const char DIGITS[201] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
@@ -81,8 +89,8 @@ static PyObject *render(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t nseg = PyList_GET_SIZE(segments);
     Seg *segs = PyMem_Calloc((size_t)nseg + 1, sizeof(Seg));
-    Py_buffer *views = PyMem_Calloc(3 * (size_t)nseg + 1, sizeof(Py_buffer));
-    int *held = PyMem_Calloc(3 * (size_t)nseg + 1, sizeof(int));
+    Py_buffer *views = PyMem_Calloc(VIEWS * (size_t)nseg + 1, sizeof(Py_buffer));
+    int *held = PyMem_Calloc(VIEWS * (size_t)nseg + 1, sizeof(int));
     PyObject *out = NULL;
     if (!segs || !views || !held) {
         PyErr_NoMemory();
@@ -99,28 +107,30 @@ static PyObject *render(PyObject *self, PyObject *args) {
         PyObject *t = PyList_GET_ITEM(segments, s);
         int kind;
         if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 ||
-            (kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0))) < 0 || kind > 2 ||
-            PyTuple_GET_SIZE(t) != (kind == 2 ? 4 : 2)) {
+            (kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0))) < 0 || kind > 3 ||
+            PyTuple_GET_SIZE(t) != (kind == 3 ? 7 : kind == 2 ? 4 : 2)) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "render: bad segment");
             goto done;
         }
         Seg *g = &segs[s];
+        Py_buffer *v = &views[VIEWS * s];
+        int *h = &held[VIEWS * s];
         g->kind = kind;
         if (kind == 0) {
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &views[3 * s], PyBUF_SIMPLE) < 0)
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &v[0], PyBUF_SIMPLE) < 0)
                 goto done;
-            held[3 * s] = 1;
-            g->lit = views[3 * s].buf;
-            g->lit_len = views[3 * s].len;
+            h[0] = 1;
+            g->lit = v[0].buf;
+            g->lit_len = v[0].len;
             fixed += (size_t)g->lit_len;
             continue;
         }
-        if (get_int64(PyTuple_GET_ITEM(t, 1), &views[3 * s], "values")) goto done;
-        held[3 * s] = 1;
-        g->values = views[3 * s].buf;
-        g->n = views[3 * s].len / 8;
-        if (g->n < stop) {
+        if (get_int64(PyTuple_GET_ITEM(t, 1), &v[0], "values")) goto done;
+        h[0] = 1;
+        g->values = v[0].buf;
+        g->n = v[0].len / 8;
+        if (g->n < stop + (kind == 3)) {
             PyErr_SetString(PyExc_ValueError, "render: a column is shorter than the rows");
             goto done;
         }
@@ -128,15 +138,40 @@ static PyObject *render(PyObject *self, PyObject *args) {
             fixed += 20;
             continue;
         }
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 2), &views[3 * s + 1], PyBUF_SIMPLE) < 0)
+        int at = kind == 3 ? 2 : 1; /* the blob and its offsets */
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, at + 1), &v[1], PyBUF_SIMPLE) < 0)
             goto done;
-        held[3 * s + 1] = 1;
-        g->blob = views[3 * s + 1].buf;
-        if (get_int64(PyTuple_GET_ITEM(t, 3), &views[3 * s + 2], "offsets")) goto done;
-        held[3 * s + 2] = 1;
-        g->offsets = views[3 * s + 2].buf;
-        g->texts = views[3 * s + 2].len / 8 - 1;
-        if (g->texts < 0 || g->offsets[0] < 0 || g->offsets[g->texts] > views[3 * s + 1].len) {
+        h[1] = 1;
+        g->blob = v[1].buf;
+        if (get_int64(PyTuple_GET_ITEM(t, at + 2), &v[2], "offsets")) goto done;
+        h[2] = 1;
+        g->offsets = v[2].buf;
+        g->texts = v[2].len / 8 - 1;
+        if (kind == 3) {
+            if (get_int64(PyTuple_GET_ITEM(t, 2), &v[3], "items")) goto done;
+            h[3] = 1;
+            g->item = v[3].buf;
+            g->items = v[3].len / 8;
+            if (get_int64(PyTuple_GET_ITEM(t, 5), &v[4], "dims_first")) goto done;
+            h[4] = 1;
+            g->dims_first = v[4].buf;
+            if (get_int64(PyTuple_GET_ITEM(t, 6), &v[5], "dims")) goto done;
+            h[5] = 1;
+            g->dims = v[5].buf;
+            g->ndims = v[5].len / 8;
+            if (v[4].len / 8 != g->items + 1 || g->dims_first[0] != 0 ||
+                g->dims_first[g->items] != g->ndims) {
+                PyErr_SetString(PyExc_ValueError, "render: dims_first does not fit dims");
+                goto done;
+            }
+            for (Py_ssize_t j = 0; j < g->items; j++) {
+                if (g->dims_first[j + 1] < g->dims_first[j] || g->item[j] >= g->texts) {
+                    PyErr_SetString(PyExc_ValueError, "render: bad dims_first or item");
+                    goto done;
+                }
+            }
+        }
+        if (g->texts < 0 || g->offsets[0] < 0 || g->offsets[g->texts] > v[1].len) {
             PyErr_SetString(PyExc_ValueError, "render: offsets outside the blob");
             goto done;
         }
@@ -151,6 +186,23 @@ static PyObject *render(PyObject *self, PyObject *args) {
     size_t size = fixed * (size_t)rows;
     for (Py_ssize_t s = 0; s < nseg; s++) {
         Seg *g = &segs[s];
+        if (g->kind == 3) {
+            for (Py_ssize_t r = start; r < stop; r++) {
+                int64_t a = g->values[r], b = g->values[r + 1];
+                if (a < 0 || b < a || b > g->items) {
+                    PyErr_SetString(PyExc_IndexError, "render: item range out of range");
+                    goto done;
+                }
+                size += 2 + (size_t)(b - a); /* brackets and commas (one too many) */
+                for (int64_t j = a; j < b; j++) {
+                    int64_t i = g->item[j];
+                    size += i < 0 ? 4
+                                  : 4 + (size_t)(g->offsets[i + 1] - g->offsets[i]) +
+                                        21 * (size_t)(g->dims_first[j + 1] - g->dims_first[j]);
+                }
+            }
+            continue;
+        }
         if (g->kind != 2) continue;
         for (Py_ssize_t r = start; r < stop; r++) {
             int64_t i = g->values[r];
@@ -177,11 +229,34 @@ static PyObject *render(PyObject *self, PyObject *args) {
                 p += g->lit_len;
             } else if (g->kind == 1) {
                 p += put_int(p, g->values[r]);
-            } else {
+            } else if (g->kind == 2) {
                 int64_t i = g->values[r];
                 size_t len = (size_t)(g->offsets[i + 1] - g->offsets[i]);
                 memcpy(p, g->blob + g->offsets[i], len);
                 p += len;
+            } else {
+                *p++ = '[';
+                for (int64_t j = g->values[r]; j < g->values[r + 1]; j++) {
+                    if (j > g->values[r]) *p++ = ',';
+                    int64_t i = g->item[j];
+                    if (i < 0) {
+                        memcpy(p, "null", 4);
+                        p += 4;
+                        continue;
+                    }
+                    size_t len = (size_t)(g->offsets[i + 1] - g->offsets[i]);
+                    *p++ = '"';
+                    memcpy(p, g->blob + g->offsets[i], len);
+                    p += len;
+                    *p++ = '[';
+                    for (int64_t d = g->dims_first[j]; d < g->dims_first[j + 1]; d++) {
+                        if (d > g->dims_first[j]) *p++ = ',';
+                        p += put_int(p, g->dims[d]);
+                    }
+                    *p++ = ']';
+                    *p++ = '"';
+                }
+                *p++ = ']';
             }
         }
         memcpy(p, suf, nsuf);
@@ -191,7 +266,7 @@ static PyObject *render(PyObject *self, PyObject *args) {
     Py_ssize_t used = (Py_ssize_t)(p - PyBytes_AS_STRING(out));
     if (used != (Py_ssize_t)size && _PyBytes_Resize(&out, used) < 0) out = NULL;
 done:
-    for (Py_ssize_t i = 0; held && i < 3 * nseg; i++)
+    for (Py_ssize_t i = 0; held && i < VIEWS * nseg; i++)
         if (held[i]) PyBuffer_Release(&views[i]);
     PyBuffer_Release(&prefix);
     PyBuffer_Release(&suffix);

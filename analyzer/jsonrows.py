@@ -2,9 +2,10 @@
 millions of events without a Python call per event.
 
 A row's text is a `Line`: a list of segments, each a literal string, `Int(col)` (the
-row's value of an integer column, in decimal) or `Text(col, texts)` (the text that the
+row's value of an integer column, in decimal), `Text(col, texts)` (the text that the
 row's value of an integer column indexes in `texts`, inserted as it is: texts are JSON
-fragments, e.g. from jsonfrag.jstr). The C module analyzer/_jsonrows.c renders rows
+fragments, e.g. from jsonfrag.jstr) or `Lists` (a JSON list of strings "<text>[<dims>]"
+per row: the outputs of an op, "float[32,784]"). The C module analyzer/_jsonrows.c renders rows
 (memcpy and integer conversion, the GIL released); without it, polars renders the same
 bytes (concat_str + write_csv), a few times slower.
 """
@@ -58,7 +59,44 @@ class Text:
     texts: Texts
 
 
-Line = list[str | Int | Text]
+@dataclass(frozen=True)
+class Lists:
+    """Per row r, a JSON list of items first[r]..first[r+1]-1 (`first` has a value per
+    row of the frame and one more). Item j is the string "<texts[item[j]]>[<dims>]", its
+    dims dims[dims_first[j]:dims_first[j+1]] joined by commas, or null when item[j] < 0.
+    Texts are escaped as inside a JSON string (jsonfrag.jescape)."""
+
+    first: np.ndarray
+    item: np.ndarray
+    texts: Texts
+    dims_first: np.ndarray
+    dims: np.ndarray
+
+    def polars(self, start: int, stop: int) -> pl.Series:
+        """The rows' lists, rendered by polars (what the C renderer writes)."""
+        a, b = int(self.first[start]), int(self.first[stop])
+        rows = np.repeat(np.arange(stop - start), np.diff(self.first[start:stop + 1]))
+        ndims = np.diff(self.dims_first[a:b + 1])
+        dims = (pl.DataFrame({"j": np.repeat(np.arange(b - a), ndims),
+                              "d": self.dims[self.dims_first[a]:self.dims_first[b]]})
+                .group_by("j", maintain_order=True)
+                .agg(pl.col("d").cast(pl.String).str.join(",")))
+        item = self.item[a:b]
+        items = (pl.DataFrame({"j": np.arange(b - a), "row": rows, "item": item,
+                               "text": self.texts.series.gather(np.maximum(item, 0))
+                               if len(self.texts) else pl.repeat("", b - a, eager=True)})
+                 .join(dims, on="j", how="left", maintain_order="left")
+                 .select("row", desc=pl.when(pl.col("item") >= 0).then(pl.concat_str(
+                     pl.lit('"'), "text", pl.lit("["), pl.col("d").fill_null(""),
+                     pl.lit(']"'))).otherwise(pl.lit("null")))
+                 .group_by("row", maintain_order=True).agg(pl.col("desc").str.join(",")))
+        return (pl.DataFrame({"row": np.arange(stop - start)})
+                .join(items, on="row", how="left", maintain_order="left")
+                .select(pl.concat_str(pl.lit("["), pl.col("desc").fill_null(""), pl.lit("]")))
+                .to_series())
+
+
+Line = list[str | Int | Text | Lists]
 
 
 def _column(frame: pl.DataFrame, col: str) -> np.ndarray:
@@ -81,8 +119,12 @@ class Rows:
                     segs.append((0, s.encode()))
                 elif isinstance(s, Int):
                     segs.append((1, _column(self.frame, s.col)))
-                else:
+                elif isinstance(s, Text):
                     segs.append((2, _column(self.frame, s.col), *s.texts.packed()))
+                else:
+                    segs.append((3, *(np.ascontiguousarray(a, np.int64) for a in (
+                        s.first, s.item)), *s.texts.packed(),
+                        *(np.ascontiguousarray(a, np.int64) for a in (s.dims_first, s.dims))))
             self._segments = segs
         return self._segments
 
@@ -102,8 +144,10 @@ class Rows:
                 parts.append(pl.lit(s))
             elif isinstance(s, Int):
                 parts.append(pl.col(s.col).cast(pl.Int64).cast(pl.String))
-            else:
+            elif isinstance(s, Text):
                 parts.append(pl.lit(s.texts.series.gather(chunk.get_column(s.col))))
+            else:
+                parts.append(pl.lit(s.polars(start, stop)))
         parts.append(pl.lit(suffix))
         out = io.BytesIO()
         chunk.select(pl.concat_str(parts).alias("l")).write_csv(

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyzer import jsonrows
 from analyzer import timeline_lanes as lanes
 from analyzer.errors import RunlensError
 from analyzer.graph import asof_last, edge_ids, edges, path_rows
-from analyzer.jsonfrag import jlist, jstr
-from analyzer.jsonrows import Int, Line, Rows, Text, Texts
+from analyzer.jsonfrag import jescape, jlist, jstr
+from analyzer.jsonrows import Int, Line, Lists, Rows, Text, Texts
 from analyzer.model import Run
 from analyzer.steps import median_step
 
@@ -282,26 +283,21 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     return _Executions(n, code, nodes, ts, dur, ts + dur, group)
 
 
-def _outputs(run: Run, steps: list[int] | None, ex: _Executions
-             ) -> tuple[np.ndarray, pl.Series]:
-    """Per execution: its outputs as a JSON list of "dtype[shape]", as an index into a
-    series of distinct texts (and that series)."""
+Outputs = Lists | tuple[np.ndarray, pl.Series]
+
+
+def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> Outputs:
+    """Per execution: its outputs as a JSON list of "dtype[shape]" (by slot). With the C
+    renderer, the lists themselves (jsonrows.Lists); without, an index per execution into
+    a series of distinct texts (and that series)."""
     o = run.outputs if steps is None else run.outputs.filter(pl.col("step").is_in(steps))
+    if jsonrows.native is not None:
+        return _output_lists(o, ex)
     out = np.zeros(ex.frame.height, np.int64)  # index into `texts`; 0: "[]"
     texts = pl.Series(["[]"], dtype=pl.String)
     if not o.height:
         return out, texts
-    # The execution of each output: (worker, step, exec_idx) is unique in the nodes frame.
-    x_key, key_codes = _exec_keys(ex.frame, o)
-    if (x_key[1:] > x_key[:-1]).all():  # the run's order: no sort needed
-        row = np.minimum(np.searchsorted(x_key, key_codes), x_key.size - 1)
-    else:
-        order = np.argsort(x_key, kind="stable")
-        row = order[np.minimum(np.searchsorted(x_key, key_codes, sorter=order),
-                               x_key.size - 1)]
-    ok = x_key[row] == key_codes
-    if not ok.all():
-        o, row = o.filter(pl.Series(ok)), row[ok]
+    o, row = _output_rows(o, ex)
     # Outputs repeat with their node: group them by (node code, slot), then check that each
     # output has its group's dtype and shape; the ones that differ get groups of their own.
     slot = o["slot"].cast(pl.Int64).fill_null(-1).to_numpy()
@@ -332,6 +328,51 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions
         out[joined["row"].to_numpy()] = texts.len() + np.arange(joined.height)
         texts = pl.concat([texts, joined["text"]])
     return out, texts
+
+
+def _output_rows(o: pl.DataFrame, ex: _Executions) -> tuple[pl.DataFrame, np.ndarray]:
+    """The outputs that belong to an execution of `ex`, and the row of that execution.
+    (worker, step, exec_idx) is unique in the nodes frame."""
+    x_key, key_codes = _exec_keys(ex.frame, o)
+    if (x_key[1:] > x_key[:-1]).all():  # the run's order: no sort needed
+        row = np.minimum(np.searchsorted(x_key, key_codes), x_key.size - 1)
+    else:
+        order = np.argsort(x_key, kind="stable")
+        row = order[np.minimum(np.searchsorted(x_key, key_codes, sorter=order),
+                               x_key.size - 1)]
+    ok = x_key[row] == key_codes
+    if not ok.all():
+        o, row = o.filter(pl.Series(ok)), row[ok]
+    return o, row
+
+
+def _output_lists(o: pl.DataFrame, ex: _Executions) -> Lists:
+    """The outputs of each execution for the C renderer: the dtype's text and the shape's
+    dimensions of each output, in (execution, slot) order. A null dtype or shape renders
+    as null, a null dimension is left out (as polars' list.join does)."""
+    n = ex.frame.height
+    if not o.height:
+        return Lists(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), Texts([]),
+                     np.zeros(1, np.int64), np.zeros(0, np.int64))
+    o, row = _output_rows(o, ex)
+    slot = o["slot"].cast(pl.Int64).fill_null(-1).to_numpy()
+    if not ((row[1:] > row[:-1]) | ((row[1:] == row[:-1]) & (slot[1:] >= slot[:-1]))).all():
+        order = np.lexsort((slot, row))
+        o, row = o[order], row[order]
+    dtype = o.get_column("dtype")
+    code, k = _dense(_int_codes(dtype))
+    texts = Texts(dtype.gather(_representatives(code, k)).to_frame()
+                  .select(jescape(pl.first())).to_series())
+    shape = o.get_column("shape")
+    length = shape.list.len().cast(pl.Int64).fill_null(-1).to_numpy()
+    item = np.where((length < 0) | dtype.is_null().to_numpy(), -1, code)
+    flat = shape.explode(empty_as_null=False, keep_nulls=False)  # nothing for [] or null
+    known = np.concatenate([[0], np.cumsum(flat.is_not_null().to_numpy())])
+    flat_first = np.concatenate([[0], np.cumsum(np.maximum(length, 0))])
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=n), out=first[1:])
+    return Lists(first, item, texts, known[flat_first],
+                 flat.drop_nulls().cast(pl.Int64).to_numpy())
 
 
 def _same_outputs(o: pl.DataFrame, other: np.ndarray) -> np.ndarray:
@@ -378,10 +419,14 @@ def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray
         for wsi, f in zip(ws, (x, o), strict=True))
 
 
-def _op_part(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray,
-             outputs: tuple[np.ndarray, pl.Series]) -> Part:
+def _op_part(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray, outputs: Outputs
+             ) -> Part:
     """The op events: per row, the texts of its node (code) and outputs and its numbers."""
-    out, texts = outputs
+    lists: Lists | Text
+    if isinstance(outputs, Lists):
+        out, lists = np.zeros(ex.frame.height, np.int64), outputs
+    else:
+        out, lists = outputs[0], Text("out", Texts(outputs[1]))
     head = Texts(nodes.select(pl.concat_str(
         pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
         pl.lit(',"tid":'))).to_series())
@@ -391,7 +436,7 @@ def _op_part(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray,
                           "bytes": ex.frame["output_bytes"], "step": ex.frame["step"],
                           "ts": ex.ts, "dur": ex.dur})
     line: Line = [Text("code", head), Int("tid"), Text("code", args),
-                  Text("out", Texts(texts)), ',"bytes":', Int("bytes"), ',"step":', Int("step"),
+                  lists, ',"bytes":', Int("bytes"), ',"step":', Int("step"),
                   '},"ts":', Int("ts"), ',"dur":', Int("dur"), "}"]
     return Part("op", Rows(frame, line))
 

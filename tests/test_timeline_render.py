@@ -4,7 +4,6 @@ and the polars fallback give the same bytes, on unit cases and on whole traces."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -12,7 +11,7 @@ import pytest
 
 from analyzer import jsonrows
 from analyzer.jsonfrag import jstr
-from analyzer.jsonrows import Int, Rows, Text, Texts
+from analyzer.jsonrows import Int, Lists, Rows, Text, Texts
 from analyzer.load import load_run
 from analyzer.render.chrome_trace import write_trace
 from analyzer.timeline import TimelineOptions, build_trace
@@ -85,7 +84,33 @@ def test_native_rejects_bad_input():
         render([(2, np.array([0], np.int64), b"x", np.array([0, 5], np.int64))], 0, 1,
                b"", b"")
     with pytest.raises(TypeError):
-        render([(3, b"")], 0, 1, b"", b"")
+        render([(4, b"")], 0, 1, b"", b"")
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    with pytest.raises(IndexError):  # more items than there are
+        render([(3, i64(0, 5), i64(0), blob, offsets, i64(0, 0), i64())], 0, 1, b"", b"")
+    with pytest.raises(ValueError):  # dims_first does not end at the dims' size
+        render([(3, i64(0, 1), i64(0), blob, offsets, i64(0, 1), i64())], 0, 1, b"", b"")
+    with pytest.raises(ValueError):  # an item past the texts
+        render([(3, i64(0, 1), i64(2), blob, offsets, i64(0, 0), i64())], 0, 1, b"", b"")
+    assert render([(3, i64(0, 1), i64(1), blob, offsets, i64(0, 1), i64(-7))], 0, 1, b"",
+                  b"") == b'["b[-7]"]'
+
+
+def test_output_lists():
+    # rows: 0 -> two outputs, 1 -> none, 2 -> null dtype, null shape, [] and a null dim
+    texts = Texts(["float", 'q\\"x'])
+    lists = Lists(first=np.array([0, 2, 2, 6]), item=np.array([0, 1, -1, -1, 0, 1]),
+                  texts=texts, dims_first=np.array([0, 2, 2, 3, 3, 3, 4]),
+                  dims=np.array([32, -1, 7, 5]))
+    rows = Rows(pl.DataFrame({"x": [0, 0, 0]}), ['{"o":', lists, "}"])
+    expect = ['{"o":["float[32,-1]","q\\"x[]"]}', '{"o":[]}',
+              '{"o":[null,null,"float[]","q\\"x[5]"]}']
+    for use_native in ([True, False] if jsonrows.native else [False]):
+        out = rows.render(0, 3, "", "\n", use_native=use_native).decode()
+        assert out.splitlines() == expect
+        assert rows.render(1, 3, "", "\n", use_native=use_native).decode().splitlines() == \
+            expect[1:]
+    assert json.loads(expect[0])["o"] == ["float[32,-1]", 'q"x[]']
 
 
 @native
@@ -95,6 +120,9 @@ def test_whole_traces_are_the_same_bytes_without_the_c_renderer(name, tmp_path, 
     trace = build_trace(run, TimelineOptions(tuple(run.steps)))
     write_trace(trace, tmp_path / "c.json")
     monkeypatch.setattr(jsonrows, "native", None)
-    write_trace(trace, tmp_path / "polars.json")
-    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "polars.json").read_bytes()
-    json.loads(Path(tmp_path / "c.json").read_text())
+    write_trace(trace, tmp_path / "polars.json")  # the same events, rendered by polars
+    write_trace(build_trace(run, TimelineOptions(tuple(run.steps))), tmp_path / "built.json")
+    c = (tmp_path / "c.json").read_bytes()
+    assert c == (tmp_path / "polars.json").read_bytes()
+    assert c == (tmp_path / "built.json").read_bytes()  # built without it: outputs as texts
+    json.loads(c)
