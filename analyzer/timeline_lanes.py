@@ -120,19 +120,25 @@ def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     if n < 2:
         return sub
     track, ts, end = (np.asarray(a, np.int64) for a in (track, ts, end))
-    order = np.lexsort((end, ts, track))  # stable: ties in row order
-    t, a, b = track[order], ts[order], end[order]
-    lo = int(min(a.min(), b.min()))
-    span = int(max(a.max(), b.max())) - lo + 1
-    k = t - t[0]  # track ids are dense (number_tracks): no need to rank them
-    if (int(k[-1]) + 1) * span >= 1 << 62:
+    lo = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - lo + 1
+    t0 = int(track.min())
+    if (int(track.max()) - t0 + 1) * span < 1 << 62:
+        # One time line for all tracks: a later track starts after every end of the ones
+        # before (track ids are dense, from number_tracks: they need no ranking).
+        at = (track - t0) * span + (ts - lo)
+        order = np.lexsort((end, at))  # stable: ties in row order
+        a = at[order]
+        b = a + (end - ts)[order]
+    else:
+        order = np.lexsort((end, ts, track))
+        t, a, b = track[order], ts[order], end[order]
         k = np.cumsum(np.r_[False, t[1:] != t[:-1]])  # track rank
         if (int(k[-1]) + 1) * span >= 1 << 62:
             a, b = _ranks(a, b)
             lo, span = 0, 2 * n
-    # One time line for all tracks: a later track starts after every end of the ones before.
-    a = a - lo + k * span
-    b = b - lo + k * span
+        a = a - lo + k * span
+        b = b - lo + k * span
     prev_end = np.maximum.accumulate(b)
     fresh = np.r_[True, a[1:] >= prev_end[:-1]]
     seg = np.cumsum(fresh)
@@ -159,9 +165,11 @@ def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
         on = np.append(first, True)
         at = np.flatnonzero(first)
         # Doubling: `at` holds the first 2^i intervals of each chain, jump = next^(2^i).
+        # The chains are disjoint paths: the intervals 2^i further on are new and distinct
+        # (or past the end, which is `on`).
         while True:
             ahead = jump[at]
-            ahead = np.unique(ahead[~on[ahead]])
+            ahead = ahead[~on[ahead]]
             if not ahead.size:
                 break
             on[ahead] = True
