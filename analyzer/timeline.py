@@ -144,9 +144,10 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
 # ----------------------------------------------------------------------------- ops
 
 
-def _labels(n: pl.DataFrame) -> pl.DataFrame:
+def _labels(n: pl.LazyFrame) -> pl.LazyFrame:
     """Per distinct (stat_name, label, lane type, op_type): what tf.timeline shows (event
-    name = op, args.name, inputs) and the static part of our args, as JSON fragments."""
+    name = op, args.name, inputs) and the static part of our args, as JSON fragments.
+    (One lazy query: a few hundred rows, where polars' cost is per query.)"""
     u = n.select("stat_name", "timeline_label", "gpu", "op_type").unique()
     kernel = pl.coalesce(pl.col("timeline_label").str.extract(_KERNEL_LABEL, 1),
                          pl.col("stat_name")).str.split(":")
@@ -272,11 +273,11 @@ def _executions(run: Run, steps: list[int] | None) -> _Executions:
     # columns (analyzer/model.py derives device and lane_kind from the lane, node_name from
     # stat_name, op_type from the node name and label).
     code, k = group_codes(n, _CODE)
-    nodes = n[_representatives(code, k)].select(
+    reps = n[_representatives(code, k)].lazy().select(
         *_CODE, "node_name", "op_type", "device", "lane_kind",
         gpu=pl.col("lane").str.contains(_GPU_LANE)).with_row_index("code")
-    nodes = nodes.join(_labels(nodes), on=["stat_name", "timeline_label", "gpu", "op_type"],
-                       how="left", nulls_equal=True, maintain_order="left")
+    nodes = reps.join(_labels(reps), on=["stat_name", "timeline_label", "gpu", "op_type"],
+                      how="left", nulls_equal=True, maintain_order="left").collect()
     ts = n["all_start_us"].to_numpy()
     dur = n["all_end_rel_us"].to_numpy()
     group, _ = group_codes(n, ["worker", "step"])
@@ -470,7 +471,24 @@ def _node_ids(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
     return nid.cast(pl.Int64).to_numpy(), ids
 
 
-def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, track: np.ndarray,
+Edges = tuple[np.ndarray, np.ndarray]  # (src, dst) node ids, each pair once
+
+
+def _edge_pairs(ids: pl.DataFrame, e: pl.DataFrame) -> tuple[Edges, Edges]:
+    """The data edges and all edges (data and control) between the nodes of `ids`."""
+    both = edge_ids(ids, e.select("worker", "src", "dst", "control"), keep=("control",))
+    src, dst = (both[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
+    data = ~both["control"].to_numpy()
+    size = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+
+    def once(keep: np.ndarray | None) -> Edges:
+        pair = np.unique(src * size + dst if keep is None else (src * size + dst)[keep])
+        return pair // size, pair % size
+
+    return once(data), once(None)
+
+
+def _flow_pairs(ex: _Executions, nid: np.ndarray, e: Edges, track: np.ndarray,
                 sub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per data edge into an execution of an op lane: the producer's execution (same step,
     op lane) that ended last before the consumer started, when the two are on different
@@ -484,7 +502,7 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: pl.DataFrame, track: np.nda
     rows, code, s_step, ts, end, trk, lane = _on_lanes(ex, OP_LANES, ex.group, ex.ts, ex.end,
                                                        track, sub)
     node = nid[code]
-    src, dst = (e[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
+    src, dst = e
     nodes = int(max(node.max(initial=0), src.max(initial=0), dst.max(initial=0))) + 1
     by_dst = np.lexsort((src, dst))  # a consumer's inputs in name order: flow ids are stable
     e_src = src[by_dst]
@@ -618,7 +636,7 @@ def _counter_part(c: Future[tuple[pl.DataFrame, Texts]]) -> Part:
     return Part("counter", c, rows)
 
 
-def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group: np.ndarray
+def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: Edges, group: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of each step's critical path (critical_paths' executions), in path order,
     with their position on the path and wait_ns."""
@@ -626,9 +644,7 @@ def _critical(run: Run, ex: _Executions, nid: np.ndarray, e: pl.DataFrame, group
         ex, CRITICAL_LANES, group, ex.frame["start_ns"].to_numpy(),
         ex.frame["op_end_rel_ns"].to_numpy())
     end = start + end
-    path, order = path_rows(group, nid[code], start, end,
-                            e["src_nid"].cast(pl.Int64).to_numpy(),
-                            e["dst_nid"].cast(pl.Int64).to_numpy())
+    path, order = path_rows(group, nid[code], start, end, *e)
     wait = np.zeros(path.size, np.int64)
     wait[1:] = start[path[1:]] - end[path[:-1]]
     wait[order == 0] = 0
@@ -685,12 +701,12 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
     # The op events' lanes first (their tracks hold nothing else): the flows need them.
     op_track = track[code]
     op_sub = lanes.lanes(op_track, ex.ts, ex.end)
-    pairs = pool.submit(lambda: _flow_pairs(ex, nid, edge_ids(
-        ids, e.filter(~pl.col("control")).select("worker", "src", "dst").unique()),
-        op_track, op_sub)) if options.dataflow else None
+    if options.dataflow or options.critical_path:
+        data_edges, all_edges = _edge_pairs(ids, e)
+    pairs = pool.submit(_flow_pairs, ex, nid, data_edges, op_track, op_sub
+                        ) if options.dataflow else None
     if options.critical_path:
-        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, edge_ids(
-            ids, e.select("worker", "src", "dst").unique()), ex.group)
+        cp_rows, cp_order, cp_wait = _critical(run, ex, nid, all_edges, ex.group)
     step = ex.frame["step"].to_numpy()
     frames = [pl.DataFrame({"track_id": op_track, "ts": ex.ts, "end": ex.end}),
               step_rows.join(tables[1].select("worker", "track_id"), on="worker")]
