@@ -510,10 +510,10 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: Edges, track: np.ndarray,
     first_edge = np.concatenate([[0], np.cumsum(degree)])
     count = degree[node]
     consumer = np.repeat(np.arange(rows.size), count)  # one query per (row, input)
-    q_src = e_src[np.repeat(first_edge[node] - (np.cumsum(count) - count), count)
+    q_src = e_src[(first_edge[node] - (np.cumsum(count) - count))[consumer]
                   + np.arange(consumer.size)]
     key = s_step * nodes + node
-    q_key = np.repeat(s_step, count) * nodes + q_src
+    q_key = (s_step * nodes)[consumer] + q_src
     width = int(max(key.max(initial=0), q_key.max(initial=0))) + 1
     if consumer.size and width <= 4 * (key.size + q_key.size) + 4096:
         # Per (step, node): the track of its executions when they are all on lane 0 of one
@@ -525,7 +525,8 @@ def _flow_pairs(ex: _Executions, nid: np.ndarray, e: Edges, track: np.ndarray,
         only = np.where(lo == hi, lo, -2)
         only[lo == np.iinfo(np.int64).max] = -1
         q_only = only[q_key]
-        keep = (q_only != -1) & ((q_only != np.repeat(trk, count)) | (np.repeat(lane, count) != 0))
+        own = np.where(lane == 0, trk, -3)  # a consumer's own track when on its lane 0
+        keep = (q_only != -1) & (q_only != own[consumer])
         consumer, q_key = consumer[keep], q_key[keep]
         # Only the executions of the nodes still asked about need to be searched.
         asked = np.zeros(width, bool)
