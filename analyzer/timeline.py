@@ -28,7 +28,7 @@ import polars as pl
 from analyzer import jsonrows
 from analyzer import timeline_lanes as lanes
 from analyzer.errors import RunlensError
-from analyzer.graph import asof_last, edge_ids, edges, path_rows
+from analyzer.graph import asof_last, edges, path_rows
 from analyzer.jsonfrag import jescape, jlist, jstr
 from analyzer.jsonrows import Int, Line, Lists, Rows, Text, Texts
 from analyzer.model import Run
@@ -225,10 +225,17 @@ def _combine(columns: list[np.ndarray], n: int | None = None) -> tuple[np.ndarra
     return _dense(key)
 
 
+def _shared_codes(*columns: pl.Series) -> np.ndarray:
+    """Int64 codes of the values of several columns, one after the other, comparable
+    across them (a categorical's codes are only comparable within one cast in polars 2)."""
+    return _int_codes(pl.concat([c.cast(pl.String) if c.dtype == pl.Categorical else c
+                                 for c in columns]))
+
+
 def _int_codes(s: pl.Series, local: bool = False) -> np.ndarray:
-    """A column as int64: strings by their categorical codes (comparable across frames of
-    the process), null as -1. `local`: the codes are only compared within the column, so a
-    column of one value (the worker, nearly always) may be all zeros, without numbering.
+    """A column as int64: strings by their categorical codes (comparable within the
+    column only), null as -1. `local`: a column of one value (the worker, nearly always)
+    may be all zeros, without numbering.
 
     Series operations: an eager DataFrame.select on the run's wide frames costs ~5 ms
     before it does anything (polars 2.1)."""
@@ -409,7 +416,8 @@ def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray
     if one_worker:
         ws = [si - lo for si in st]
     else:
-        w = [_int_codes(wi) for wi in (wx, wo)]  # comparable codes across the two frames
+        both = _shared_codes(wx, wo)  # comparable codes across the two frames
+        w = [both[:wx.len()], both[wx.len():]]
         if max(int(v.max(initial=0)) for v in w) * width + width < 1 << 30:
             ws = [(wi + 1) * width + (si - lo) for wi, si in zip(w, st, strict=True)]
         else:
@@ -475,10 +483,20 @@ Edges = tuple[np.ndarray, np.ndarray]  # (src, dst) node ids, each pair once
 
 
 def _edge_pairs(ids: pl.DataFrame, e: pl.DataFrame) -> tuple[Edges, Edges]:
-    """The data edges and all edges (data and control) between the nodes of `ids`."""
-    both = edge_ids(ids, e.select("worker", "src", "dst", "control"), keep=("control",))
-    src, dst = (both[c].cast(pl.Int64).to_numpy() for c in ("src_nid", "dst_nid"))
-    data = ~both["control"].to_numpy()
+    """The data edges and all edges (data and control) between the nodes of `ids`
+    (worker, node_name, nid), as graph.edge_ids numbers them, self-loops left out. Names
+    are matched by their categorical codes (two polars joins cost more on frames this
+    small)."""
+    n, m = ids.height, e.height
+    worker = _shared_codes(ids.get_column("worker"), e.get_column("worker"))
+    name = _shared_codes(ids.get_column("node_name"), e.get_column("src"), e.get_column("dst"))
+    key, k = _combine([np.concatenate([worker, worker[n:]]), name])
+    nid = np.full(k, -1, np.int64)
+    nid[key[:n]] = ids.get_column("nid").cast(pl.Int64).to_numpy()
+    src, dst = nid[key[n:n + m]], nid[key[n + m:]]
+    ok = (src >= 0) & (dst >= 0) & (src != dst)
+    src, dst = src[ok], dst[ok]
+    data = ~e.get_column("control").to_numpy()[ok]
     size = int(max(src.max(initial=0), dst.max(initial=0))) + 1
 
     def once(keep: np.ndarray | None) -> Edges:

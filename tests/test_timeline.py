@@ -385,3 +385,26 @@ def test_lanes_of_many_tracks_are_each_tracks_own():
             one = track == t
             assert got[one].tolist() == lanes(np.zeros(one.sum(), np.int64), ts[one],
                                               end[one]).tolist()
+
+
+def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
+    """Multi-worker: the outputs are matched to their executions by worker, step and
+    exec_idx; worker names are numbered once for both frames (a worker without outputs
+    first used to shift the numbering: every op of the next one had "outputs": [])."""
+    import shutil
+
+    shutil.copytree(FIXTURES / "gpu_mnist", tmp_path / "multi" / "a_gpu",
+                    ignore=shutil.ignore_patterns(".runlens"))
+    shutil.copytree(FIXTURES / "cnn", tmp_path / "multi" / "cnn",
+                    ignore=shutil.ignore_patterns(".runlens"))
+    run = load_run(tmp_path / "multi", use_cache=False)
+    assert run.workers == ["a_gpu", "cnn"] and not run.outputs.filter(
+        pl.col("worker") == "a_gpu").height
+    export(run, tmp_path / "m.json", TimelineOptions(tuple(run.steps)))
+    alone = _trace("cnn", tmp_path)
+    key = lambda e: (e["args"]["name"], e["ts"], e["dur"])  # noqa: E731
+    want = {key(e): e["args"]["outputs"] for e in alone["traceEvents"] if e.get("cat") == "Op"}
+    doc = json.loads((tmp_path / "m.json").read_text())
+    got = {key(e): e["args"]["outputs"] for e in doc["traceEvents"]
+           if e.get("cat") == "Op" and key(e) in want}
+    assert got == want and any(got.values())
