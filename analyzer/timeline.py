@@ -298,7 +298,8 @@ def _outputs(run: Run, steps: list[int] | None, ex: _Executions) -> Outputs:
     """Per execution: its outputs as a JSON list of "dtype[shape]" (by slot). With the C
     renderer, the lists themselves (jsonrows.Lists); without, an index per execution into
     a series of distinct texts (and that series)."""
-    o = run.outputs if steps is None else run.outputs.filter(pl.col("step").is_in(steps))
+    lazy = run.outputs.lazy().select("worker", "step", "exec_idx", "slot", "dtype", "shape")
+    o = (lazy if steps is None else lazy.filter(pl.col("step").is_in(steps))).collect()
     if jsonrows.native is not None:
         return _output_lists(o, ex)
     out = np.zeros(ex.frame.height, np.int64)  # index into `texts`; 0: "[]"
@@ -609,9 +610,10 @@ def _counters(run: Run, steps: list[int] | None, points: int
     more than `points` of them keeps the maximum of each of `points` time buckets and the
     last value. `name` indexes the allocator names (JSON strings) returned with the frame."""
     key = ["worker", "allocator_name", "step"]
-    a = run.allocations.filter(pl.col("alloc_us") > 0)
+    keep = pl.col("alloc_us") > 0
     if steps is not None:
-        a = a.filter(pl.col("step").is_in(steps))
+        keep &= pl.col("step").is_in(steps)
+    a = run.allocations.lazy().select(*key, "alloc_us", "alloc_bytes").filter(keep).collect()
     if not a.height:
         return pl.DataFrame(schema={"worker": pl.String, "step": pl.Int64, "name": pl.Int64,
                                     "ts": pl.Int64, "value": pl.Int64}), Texts([])
