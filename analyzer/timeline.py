@@ -9,10 +9,11 @@ arrows; per-allocator memory counters; each step's critical path on a thread of 
 Everything is computed over all executions at once: what is the same for every execution
 of a node on a thread is computed once per distinct node (a "code", see _executions) and
 gathered; the per-execution work is integer arrays (numpy): lanes, flow matching,
-critical paths. Each event becomes one row of a frame plus a polars expression that
-renders the row as one JSON object (`Part`). The outputs, the flows and the memory
-counters are built in a second thread; analyzer/render/chrome_trace.py streams the parts
-to a file, the op events first, while the last parts may still be building.
+critical paths. Each event becomes one row of integer columns, and each kind of event a
+line of literals, integers and indexed texts that renders a row as one JSON object
+(`Part`, analyzer/jsonrows.py). The outputs, the flows and the memory counters are built
+in a second thread; analyzer/render/chrome_trace.py streams the parts to a file, the op
+events first, while the last parts may still be building.
 """
 
 from __future__ import annotations
