@@ -146,14 +146,13 @@ def number_nodes(x: pl.DataFrame, e: pl.DataFrame) -> tuple[pl.DataFrame, pl.Dat
     return x.join(ids, on=["worker", "node_name"], maintain_order="left"), edge_ids(ids, e)
 
 
-def edge_ids(ids: pl.DataFrame, e: pl.DataFrame, keep: tuple[str, ...] = ()) -> pl.DataFrame:
+def edge_ids(ids: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
     """Edges (worker, src, dst) as (src_nid, dst_nid) between the nodes of `ids` (worker,
-    node_name, nid), self-loops left out (and the columns `keep` of e)."""
+    node_name, nid), self-loops left out."""
     src = ids.select("worker", src="node_name", src_nid="nid")
     dst = ids.select("worker", dst="node_name", dst_nid="nid")
-    return (e.lazy().join(src.lazy(), on=["worker", "src"]).join(dst.lazy(), on=["worker", "dst"])
-            .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid", *keep)
-            .collect())
+    return (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
+            .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
 
 
 def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
