@@ -433,23 +433,50 @@ def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray
 def _op_part(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray, outputs: Outputs
              ) -> Part:
     """The op events: per row, the texts of its node (code) and outputs and its numbers."""
-    lists: Lists | Text
-    if isinstance(outputs, Lists):
-        out, lists = np.zeros(ex.frame.height, np.int64), outputs
-    else:
-        out, lists = outputs[0], Text("out", Texts(outputs[1]))
+    if not isinstance(outputs, Lists):
+        return _op_part_polars(ex, nodes, tid, outputs)
     head = Texts(nodes.select(pl.concat_str(
         pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
         pl.lit(',"tid":'))).to_series())
     args = Texts(nodes.select(pl.concat_str(
         pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'))).to_series())
-    frame = pl.DataFrame({"code": ex.code, "tid": tid, "out": out,
-                          "bytes": ex.frame["output_bytes"], "step": ex.frame["step"],
-                          "ts": ex.ts, "dur": ex.dur})
+    frame = pl.DataFrame({"code": ex.code, "tid": tid, "bytes": ex.frame["output_bytes"],
+                          "step": ex.frame["step"], "ts": ex.ts, "dur": ex.dur})
     line: Line = [Text("code", head), Int("tid"), Text("code", args),
-                  lists, ',"bytes":', Int("bytes"), ',"step":', Int("step"),
+                  outputs, ',"bytes":', Int("bytes"), ',"step":', Int("step"),
                   '},"ts":', Int("ts"), ',"dur":', Int("dur"), "}"]
     return Part("op", Rows(frame, line))
+
+
+def _op_part_polars(ex: _Executions, nodes: pl.DataFrame, tid: np.ndarray,
+                    outputs: tuple[np.ndarray, pl.Series]) -> Part:
+    """The op events for polars to render (no C renderer): everything but the step, ts
+    and dur is the same for the executions of a node on one thread with the same outputs
+    and bytes, so that text is made once per such combination and gathered; a row only
+    formats its step, ts and dur (int to text is most of polars' rendering)."""
+    out, texts = outputs
+    size = np.asarray(ex.frame["output_bytes"].cast(pl.Int64).fill_null(-1).to_numpy())
+    combo, k = _combine([ex.code, tid, out])
+    rep = _representatives(combo, k)
+    odd = np.flatnonzero(size != size[rep[combo]])  # bytes that differ from the node's
+    if odd.size:
+        extra, more = _combine([combo[odd], size[odd]])
+        combo[odd] = k + extra
+        k += more
+        rep = _representatives(combo, k)
+    static = pl.DataFrame({
+        "op_json": nodes["op_json"].gather(ex.code[rep]),
+        "pid": nodes["pid"].gather(ex.code[rep]), "tid": tid[rep],
+        "sargs": nodes["sargs"].gather(ex.code[rep]), "outputs": texts.gather(out[rep]),
+        "bytes": ex.frame["output_bytes"].gather(rep),
+    }).select(pl.concat_str(
+        pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
+        pl.lit(',"tid":'), "tid", pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'),
+        "outputs", pl.lit(',"bytes":'), "bytes", pl.lit(',"step":'))).to_series()
+    frame = pl.DataFrame({"combo": combo, "step": ex.frame["step"], "ts": ex.ts,
+                          "dur": ex.dur})
+    return Part("op", Rows(frame, [Text("combo", Texts(static)), Int("step"), '},"ts":',
+                                   Int("ts"), ',"dur":', Int("dur"), "}"]))
 
 
 def _step_rows(ex: _Executions) -> pl.DataFrame:
