@@ -1,7 +1,8 @@
-"""Build hook for the optional native StepStats decoder (metadata lives in pyproject.toml).
+"""Build hook for the optional native extensions (metadata lives in pyproject.toml).
 
-The extension is optional: where it cannot be compiled, runlens installs anyway and
-ingest falls back to its protobuf walk (same frames, ~20x slower).
+Both are optional: where they cannot be compiled, runlens installs anyway. Without the
+StepStats decoder, ingest falls back to its protobuf walk (same frames, ~20x slower);
+without the JSON row renderer, the timeline is rendered by polars (same bytes, slower).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["analyzer/_stepstats.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
-        )
+        ),
+        Extension(
+            "analyzer._jsonrows",
+            sources=["analyzer/_jsonrows.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-std=c99"],
+        ),
     ]
 )

@@ -166,13 +166,19 @@ def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.n
     width = max(int(key.max()), int(q_key.max())) + 1
     if width > 4 * (key.size + q_key.size) + 4096:
         return _asof_sorted(key, time, q_key, q_time)
-    # A key with one row (a node that ran once in the step) needs no search.
     count = np.bincount(key, minlength=width)
+    q_count = count[q_key]
+    single = q_count == 1
+    if 2 * int(np.count_nonzero(single)) < q_key.size:  # mostly keys of many rows
+        levels = int(count.max()).bit_length()
+        if levels <= BISECT_LEVELS:
+            return _asof_blocks(key, time, q_key, q_time, count, levels)
+        return _asof_sorted(key, time, q_key, q_time)
+    # A key with one row (a node that ran once in the step) needs no search.
     only = np.zeros(width, np.int64)
     once = count[key] == 1
     only[key[once]] = np.flatnonzero(once)
-    q_count = count[q_key]
-    single = np.flatnonzero(q_count == 1)
+    single = np.flatnonzero(single)
     cand = only[q_key[single]]
     hit = time[cand] <= q_time[single]
     out[single[hit]] = cand[hit]
@@ -184,12 +190,40 @@ def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.n
     return out
 
 
+BISECT_LEVELS = 6  # keys of up to 2^6 - 1 rows: searched by bisection within their rows
+
+
+def _asof_blocks(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray,
+                 count: np.ndarray, levels: int) -> np.ndarray:
+    """asof_last by sorting the rows by (key, time) and bisecting each query's key's rows
+    (count[k] rows of key k, at most 2^levels - 1), all queries at once, one level a round
+    (branchless: each round halves every query's range): cheaper than a search of the whole
+    array when keys have few rows."""
+    lo_t = min(int(time.min()), int(q_time.min()))
+    span = max(int(time.max()), int(q_time.max())) - lo_t + 1
+    if (count.size + 1) * span >= 1 << 62:
+        return _asof_sorted(key, time, q_key, q_time)
+    order = np.argsort(key * span + (time - lo_t), kind="stable")  # ties in index order
+    order = np.append(order, -1)  # past the last row: no row
+    t = np.append(time[order[:-1]], np.iinfo(np.int64).max)
+    first = np.zeros(count.size, np.int64)
+    np.cumsum(count[:-1], out=first[1:])
+    base, n = first[q_key], count[q_key]
+    # Invariant: the answer is in [base, base + n) or there is none; t[base] <= q_time
+    # unless base is still the first row of the key.
+    for _ in range(levels):
+        half = n >> 1
+        probe = base + half
+        base = np.where(t[probe] <= q_time, probe, base)
+        n -= half
+    return np.where((n > 0) & (t[base] <= q_time), order[base], -1)
+
+
 def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
                  ) -> np.ndarray:
     """asof_last by sorting the rows by (key, time) and searching."""
-    out = np.full(q_key.size, -1, np.int64)
     if not key.size or not q_key.size:
-        return out
+        return np.full(q_key.size, -1, np.int64)
     lo = min(int(time.min()), int(q_time.min()))
     span = max(int(time.max()), int(q_time.max())) - lo + 1
     if (max(int(key.max()), int(q_key.max())) + 1) * span >= 1 << 62:  # times by rank instead
@@ -198,15 +232,14 @@ def _asof_sorted(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: n
         lo, span = 0, time.size + q_time.size
     both = key * span + (time - lo)
     order = np.argsort(both, kind="stable")  # ties in index order
-    both = both[order]
-    pos = np.searchsorted(both, q_key * span + (q_time - lo), side="right") - 1
-    ok = pos >= 0
-    ok[ok] = both[pos[ok]] // span == q_key[ok]
-    out[ok] = order[pos[ok]]
-    return out
+    pos = np.searchsorted(both[order], q_key * span + (q_time - lo), side="right") - 1
+    at = np.maximum(pos, 0)
+    return np.where((pos >= 0) & (key[order[at]] == q_key), order[at], -1)
 
 
 WALK_ROUNDS = 1000  # paths walked in lockstep up to this length; then all links at once
+LINK_ROUNDS = 8  # rounds of searches before the few paths left are walked by lookups,
+LINK_SHARE = 8  # ... when at most 1 / LINK_SHARE of them are left
 
 
 def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -234,14 +267,24 @@ def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.nda
     heads = cand[np.concatenate(([True], group[cand][1:] != group[cand][:-1]))]
     # Walk the paths back, all at once: each round links the head of every path to its
     # predecessor. A path stops at an execution without one (or one it already holds).
+    # Most paths are short; once few are left, the predecessors of every execution of their
+    # groups are found at once and the walk goes on by lookups (a round then costs a few
+    # small array operations instead of a search).
     chain = np.arange(heads.size)
     seen = np.zeros(n, bool)
     seen[heads] = True
     walked_rows, walked_chain = [heads], [chain]
-    for _ in range(WALK_ROUNDS):
+    back: np.ndarray | None = None
+    for rounds in range(WALK_ROUNDS):
         if not heads.size:
             break
-        pred = links.predecessors(heads)
+        if back is None and rounds >= LINK_ROUNDS and LINK_SHARE * heads.size <= groups:
+            active = np.zeros(groups, bool)
+            active[group[heads]] = True
+            rest = np.flatnonzero(active[group])
+            back = np.full(n, -1, np.int64)
+            back[rest] = links.predecessors(rest)
+        pred = links.predecessors(heads) if back is None else back[heads]
         keep = pred >= 0
         keep[keep] = ~seen[pred[keep]]
         heads, chain = pred[keep], chain[keep]
@@ -252,13 +295,13 @@ def path_rows(group: np.ndarray, nid: np.ndarray, start: np.ndarray, end: np.nda
     chains = np.concatenate(walked_chain)
     depth = np.concatenate([np.full(r.size, i, np.int64) for i, r in enumerate(walked_rows)])
     if heads.size:  # long paths: link every execution, then follow the links in Python
-        back = links.predecessors(np.arange(n)).tolist()
+        linked = (links.predecessors(np.arange(n)) if back is None else back).tolist()
         more_rows: list[int] = []
         more_chain: list[int] = []
         more_depth: list[int] = []
         for h, c in zip(heads.tolist(), chain.tolist(), strict=True):
             d = WALK_ROUNDS
-            while (p := back[h]) >= 0 and not seen[p]:
+            while (p := linked[h]) >= 0 and not seen[p]:
                 seen[p] = True
                 d += 1
                 more_rows.append(p)

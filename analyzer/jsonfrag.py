@@ -12,10 +12,14 @@ _ESCAPED = ["\\\\", '\\"'] + [
 ]
 
 
+def jescape(e: pl.Expr) -> pl.Expr:
+    """A string column escaped as inside a JSON string literal (no quotes); null stays."""
+    return e.cast(pl.String).str.replace_many(_SPECIAL, _ESCAPED)
+
+
 def jstr(e: pl.Expr) -> pl.Expr:
     """A string column as JSON string literals (quoted, escaped); null as null."""
-    escaped = e.cast(pl.String).str.replace_many(_SPECIAL, _ESCAPED)
-    return pl.concat_str(pl.lit('"'), escaped, pl.lit('"')).fill_null(pl.lit("null"))
+    return pl.concat_str(pl.lit('"'), jescape(e), pl.lit('"')).fill_null(pl.lit("null"))
 
 
 def jlist(e: pl.Expr) -> pl.Expr:

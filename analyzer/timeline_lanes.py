@@ -120,17 +120,25 @@ def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     if n < 2:
         return sub
     track, ts, end = (np.asarray(a, np.int64) for a in (track, ts, end))
-    order = np.lexsort((end, ts, track))  # stable: ties in row order
-    t, a, b = track[order], ts[order], end[order]
-    lo = int(min(a.min(), b.min()))
-    span = int(max(a.max(), b.max())) - lo + 1
-    k = np.cumsum(np.r_[True, t[1:] != t[:-1]]) - 1  # track rank
-    if (int(k[-1]) + 1) * span >= 1 << 62:
-        a, b = _ranks(a, b)
-        lo, span = 0, 2 * n
-    # One time line for all tracks: a later track starts after every end of the ones before.
-    a = a - lo + k * span
-    b = b - lo + k * span
+    lo = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - lo + 1
+    t0 = int(track.min())
+    if (int(track.max()) - t0 + 1) * span < 1 << 62:
+        # One time line for all tracks: a later track starts after every end of the ones
+        # before (track ids are dense, from number_tracks: they need no ranking).
+        at = (track - t0) * span + (ts - lo)
+        order = np.lexsort((end, at))  # stable: ties in row order
+        a = at[order]
+        b = a + (end - ts)[order]
+    else:
+        order = np.lexsort((end, ts, track))
+        t, a, b = track[order], ts[order], end[order]
+        k = np.cumsum(np.r_[False, t[1:] != t[:-1]])  # track rank
+        if (int(k[-1]) + 1) * span >= 1 << 62:
+            a, b = _ranks(a, b)
+            lo, span = 0, 2 * n
+        a = a - lo + k * span
+        b = b - lo + k * span
     prev_end = np.maximum.accumulate(b)
     fresh = np.r_[True, a[1:] >= prev_end[:-1]]
     seg = np.cumsum(fresh)
@@ -157,9 +165,11 @@ def lanes(track: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
         on = np.append(first, True)
         at = np.flatnonzero(first)
         # Doubling: `at` holds the first 2^i intervals of each chain, jump = next^(2^i).
+        # The chains are disjoint paths: the intervals 2^i further on are new and distinct
+        # (or past the end, which is `on`).
         while True:
             ahead = jump[at]
-            ahead = np.unique(ahead[~on[ahead]])
+            ahead = ahead[~on[ahead]]
             if not ahead.size:
                 break
             on[ahead] = True
@@ -179,15 +189,30 @@ def sublanes(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(sub=pl.Series(sub))
 
 
-def place(frames: list[pl.DataFrame], tracks: pl.DataFrame
+def place(frames: list[pl.DataFrame], tracks: pl.DataFrame,
+          subs: list[np.ndarray | None] | None = None
           ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """Lanes and tids for frames of complete events (each with track_id, ts and end), given
     the tracks (track_id, pid, name). Returns the frames with `sub` and `tid`, and the
-    threads: pid, tid, name (a thread per lane of each track that has events)."""
-    cols = [np.concatenate([f.get_column(c).to_numpy().astype(np.int64) for f in frames])
+    threads: pid, tid, name (a thread per lane of each track that has events).
+
+    `subs`: the lanes of some frames, already found by `lanes` (frames whose tracks no
+    other frame uses: lanes are per track)."""
+    given = subs or [None] * len(frames)
+    cols = [[f.get_column(c).to_numpy().astype(np.int64) for f in frames]
             for c in ("track_id", "ts", "end")]
-    track = cols[0]
-    sub = lanes(*cols)
+    todo = [i for i, s in enumerate(given) if s is None]
+    found = lanes(*(np.concatenate([c[i] for i in todo]) if todo else np.zeros(0, np.int64)
+                    for c in cols))
+    parts: list[np.ndarray] = []
+    done = 0
+    for i, known in enumerate(given):
+        if known is None:
+            known = found[done:done + frames[i].height]
+            done += frames[i].height
+        parts.append(np.asarray(known, np.int64))
+    track = np.concatenate(cols[0])
+    sub = np.concatenate(parts)
     info = tracks.select("track_id", "pid", "name").unique("track_id").sort("track_id")
     size = int(max(info["track_id"].max() or 0, track.max(initial=0))) + 1
     width = (np.bincount(track, minlength=size) > 0).astype(np.int64)  # lanes per track

@@ -14,9 +14,11 @@ from collections import Counter, defaultdict
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
+from analyzer import graph
 from analyzer.graph import critical_path, critical_paths
 from analyzer.load import load_run
 from analyzer.model import Run
@@ -204,6 +206,17 @@ def test_batched_critical_paths_equal_the_per_step_ones():
         assert one.equals(critical_path(run, step).ops)
 
 
+@pytest.mark.parametrize("link_rounds, walk_rounds", [(0, 1000), (2, 3), (1000, 2)])
+def test_critical_paths_walked_any_way_are_the_same(monkeypatch, link_rounds, walk_rounds):
+    """Searches, lookups after a few rounds, the Python walk of long paths: same paths."""
+    run = _run("rnn_while")
+    every = critical_paths(run)
+    monkeypatch.setattr(graph, "LINK_ROUNDS", link_rounds)
+    monkeypatch.setattr(graph, "LINK_SHARE", 0)
+    monkeypatch.setattr(graph, "WALK_ROUNDS", walk_rounds)
+    assert critical_paths(run).equals(every)
+
+
 def test_sublanes_never_overlap():
     ts = [0, 1, 4, 5, 11, 20, 20, 20, 30]
     end = [10, 3, 12, 6, 13, 20, 25, 20, 31]
@@ -333,3 +346,65 @@ def test_parse_step_range():
     assert parse_step_range("3:7") == (3, 7)
     assert parse_step_range(":7") == (None, 7)
     assert parse_step_range("3:") == (3, None)
+
+
+@pytest.mark.parametrize("levels", [0, 2, 6])
+def test_asof_last_every_way_matches_a_plain_search(monkeypatch, levels):
+    """asof_last's searches (one row per key, bisection within keys, one sorted search)
+    against the definition, on random keys with many ties."""
+    monkeypatch.setattr(graph, "BISECT_LEVELS", levels)
+    rng = np.random.default_rng(levels)
+    for rows, width, single in [(300, 40, False), (300, 400, True), (50, 5, False)]:
+        key = rng.integers(0, width, rows)
+        time = rng.integers(0, 30, rows)
+        q_key = rng.integers(0, width + 3, 500)
+        q_time = rng.integers(-2, 33, 500)
+        if single:
+            key = rng.permutation(width)[:rows]
+        expect = []
+        for k, t in zip(q_key.tolist(), q_time.tolist(), strict=True):
+            best = -1
+            for i in range(rows):
+                if key[i] == k and time[i] <= t and (best < 0 or time[i] >= time[best]):
+                    best = i
+            expect.append(best)
+        assert graph.asof_last(key, time, q_key, q_time).tolist() == expect
+
+
+def test_lanes_of_many_tracks_are_each_tracks_own():
+    """Lanes are per track, however far apart the track ids and the times are."""
+    from analyzer.timeline_lanes import lanes
+
+    rng = np.random.default_rng(1)
+    ts = rng.integers(0, 50, 200)
+    end = ts + rng.integers(0, 20, 200)
+    for ids in ([0, 1, 2], [5, 2**40, 3], [0, 2**61, 7]):
+        track = np.asarray(ids, np.int64)[rng.integers(0, 3, 200)]
+        got = lanes(track, ts * 10**15, end * 10**15)
+        for t in ids:
+            one = track == t
+            assert got[one].tolist() == lanes(np.zeros(one.sum(), np.int64), ts[one],
+                                              end[one]).tolist()
+
+
+def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
+    """Multi-worker: the outputs are matched to their executions by worker, step and
+    exec_idx; worker names are numbered once for both frames (a worker without outputs
+    first used to shift the numbering: every op of the next one had "outputs": [])."""
+    import shutil
+
+    shutil.copytree(FIXTURES / "gpu_mnist", tmp_path / "multi" / "a_gpu",
+                    ignore=shutil.ignore_patterns(".runlens"))
+    shutil.copytree(FIXTURES / "cnn", tmp_path / "multi" / "cnn",
+                    ignore=shutil.ignore_patterns(".runlens"))
+    run = load_run(tmp_path / "multi", use_cache=False)
+    assert run.workers == ["a_gpu", "cnn"] and not run.outputs.filter(
+        pl.col("worker") == "a_gpu").height
+    export(run, tmp_path / "m.json", TimelineOptions(tuple(run.steps)))
+    alone = _trace("cnn", tmp_path)
+    key = lambda e: (e["args"]["name"], e["ts"], e["dur"])  # noqa: E731
+    want = {key(e): e["args"]["outputs"] for e in alone["traceEvents"] if e.get("cat") == "Op"}
+    doc = json.loads((tmp_path / "m.json").read_text())
+    got = {key(e): e["args"]["outputs"] for e in doc["traceEvents"]
+           if e.get("cat") == "Op" and key(e) in want}
+    assert got == want and any(got.values())
