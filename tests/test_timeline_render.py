@@ -39,6 +39,12 @@ def _both(rows: Rows, start: int, stop: int, prefix: str = ",", suffix: str = "\
             rows.render(start, stop, prefix, suffix, use_native=False))
 
 
+def test_the_renderer_is_built():
+    assert jsonrows.native is not None, (
+        "analyzer/_jsonrows.c was not compiled: install gcc and the Python headers, then "
+        "reinstall (timelines are still written without it, about twice as slowly)")
+
+
 @native
 def test_native_and_polars_rows_are_the_same_bytes():
     rows = _rows()
