@@ -94,8 +94,17 @@ def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
             if loc.exists():
                 shutil.rmtree(loc, ignore_errors=True)
             os.replace(tmp, loc)
+            _remove_other_versions(loc)
             return loc
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             continue
     return None
+
+
+def _remove_other_versions(loc: Path) -> None:
+    """Caches that an older (or newer) runlens wrote next to `loc` are never read again."""
+    prefix = loc.name.rsplit("-v", 1)[0] + "-v"
+    for other in loc.parent.glob(f"{prefix}*"):
+        if other != loc and other.is_dir() and other.name[len(prefix):].isdigit():
+            shutil.rmtree(other, ignore_errors=True)

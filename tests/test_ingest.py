@@ -10,6 +10,7 @@ import sys
 import polars as pl
 import pytest
 
+from analyzer.cache import CACHE_VERSION
 from analyzer.errors import RunDirError
 from analyzer.load import load_run
 from analyzer.views import VIEWS, ViewOptions
@@ -122,6 +123,15 @@ def test_cache_is_used_and_invalidated(run_copy):
     victim.write_bytes(b"\x0a\xff")
     changed = load_run(run_dir)
     assert len(changed.steps) == len(cold.steps) - 1 and changed.warnings
+
+def test_a_new_cache_removes_the_caches_of_other_versions(run_copy):
+    run_dir = run_copy("mlp")
+    old = run_dir / ".runlens" / "cache-v1"
+    old.mkdir(parents=True)
+    (old / "nodes.parquet").write_bytes(b"stale")
+    load_run(run_dir)
+    assert [p.name for p in (run_dir / ".runlens").iterdir()] == [f"cache-v{CACHE_VERSION}"]
+
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_views_read_from_the_cache_equal_fresh_views(tmp_path, workers):
