@@ -306,7 +306,7 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> 
     graphs: dict[bytes, bytes] = {}
     errors: list[str] = []
     reader = _FileReader()
-    previous: list[bytes] = []  # the last step's partition graphs
+    recent: list[bytes] = []  # the last distinct partition graphs seen (at most 16)
     for path, step, size in items:
         try:
             raw = reader.read(path, size)
@@ -319,14 +319,15 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> 
         except InputFileError as e:
             errors.append(str(e))
             continue
-        # Steps of one graph repeat its partition graphs: comparing with the last step's
-        # is ~10x cheaper than hashing them again.
-        copies = [bytes(g) for g in step_graphs]
-        if copies == previous:
-            continue
-        previous = copies
-        for g in copies:
-            graphs.setdefault(hashlib.blake2b(g, digest_size=16).digest(), g)
+        # Steps of one graph repeat its partition graphs (in a few byte orders: TensorFlow
+        # serializes attr maps in no fixed order). Comparing with the recent ones is ~10x
+        # cheaper than hashing each step's again.
+        for g in step_graphs:
+            copy = bytes(g)
+            if copy in recent:
+                continue
+            recent = [copy, *recent[:15]]
+            graphs.setdefault(hashlib.blake2b(copy, digest_size=16).digest(), copy)
     parts = ([_decoded_frames(decoder.finish())] if decoder is not None else []) + walked
     parts = [p for p in parts if p.nodes.height]
     return StepBatch(concat_step_frames(parts) if parts else None, graphs, errors)
