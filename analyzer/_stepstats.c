@@ -60,7 +60,7 @@ enum {
     N_STEP, N_EXEC, N_LANE, N_NAME, N_LABEL, N_ALL_START_US, N_OP_START_US, N_OP_END_US,
     N_ALL_END_US, N_SCHED_US, N_START_NS, N_OP_START_NS, N_OP_END_NS, N_ALL_END_NS,
     N_SCHED_NS, N_THREAD, N_MEM_TOTAL, N_MEM_PEAK, N_MEM_LIVE, N_INUSE, N_TEMP, N_PERSIST,
-    N_OUT_BYTES, N_COLS
+    N_OUT_BYTES, N_KEY, N_COLS
 };
 enum {
     O_STEP, O_EXEC, O_SLOT, O_DTYPE, O_SHAPE, O_REQ, O_ALLOC, O_ALLOC_ID, O_ALLOCATOR, O_PTR,
@@ -83,7 +83,7 @@ static const ColSpec NODE_COLS[N_COLS] = {
     {"all_end_rel_ns", "i8"}, {"scheduled_ns", "i8"}, {"thread_id", "u4"},
     {"mem_total_bytes", "i8"}, {"mem_peak_bytes", "i8"}, {"mem_live_bytes", "i8"},
     {"allocator_bytes_in_use", "i8"}, {"temp_bytes", "i8"}, {"persistent_bytes", "i8"},
-    {"output_bytes", "i8"},
+    {"output_bytes", "i8"}, {"key_id", "u4"},
 };
 static const ColSpec OUTPUT_COLS[O_COLS] = {
     {"step", "i8"}, {"exec_idx", "u4"}, {"slot", "i4"}, {"dtype", "i4"}, {"shape", "u4"},
@@ -284,6 +284,7 @@ typedef struct {
     PyObject_HEAD
     Buf nodes[N_COLS], outputs[O_COLS], memory[M_COLS], allocs[A_COLS], threads[T_COLS];
     Interner strings, shapes;
+    Interner keys; /* (lane, node_name, timeline_label) string codes: 3 x uint32 each */
     int64_t step;
     uint32_t exec_idx; /* within the current step */
     int busy;          /* add() is running in another thread */
@@ -539,6 +540,7 @@ static int parse_node(Decoder *d, Reader r) {
     PUT(d->nodes[N_TEMP], int64_t, v[N_TEMP]);
     PUT(d->nodes[N_PERSIST], int64_t, v[N_PERSIST]);
     PUT(d->nodes[N_OUT_BYTES], int64_t, out_bytes);
+    PUT(d->nodes[N_KEY], uint32_t, 0); /* filled by parse_device */
     d->exec_idx++;
     return 0;
 }
@@ -595,8 +597,19 @@ static int parse_device(Decoder *d, Reader r) {
         if (lane < 0) return (int)lane;
     }
     uint32_t *lanes = (uint32_t *)d->nodes[N_LANE].data;
+    const uint32_t *names = (const uint32_t *)d->nodes[N_NAME].data;
+    const uint32_t *labels = (const uint32_t *)d->nodes[N_LABEL].data;
+    uint32_t *keys = (uint32_t *)d->nodes[N_KEY].data;
     size_t n = d->nodes[N_STEP].len / sizeof(int64_t);
-    for (size_t i = first_node; i < n; i++) lanes[i] = (uint32_t)lane;
+    for (size_t i = first_node; i < n; i++) {
+        /* The executions' key: the strings that repeat every step, numbered once here so
+         * that ingest never hashes them again (model.py derives everything per key). */
+        uint32_t triple[3] = {(uint32_t)lane, names[i], labels[i]};
+        int64_t key = intern(&d->keys, (const uint8_t *)triple, sizeof triple, NULL);
+        if (key < 0) return (int)key;
+        lanes[i] = (uint32_t)lane;
+        keys[i] = (uint32_t)key;
+    }
     lanes = (uint32_t *)d->threads[T_LANE].data;
     n = d->threads[T_STEP].len / sizeof(int64_t);
     for (size_t i = first_thread; i < n; i++) lanes[i] = (uint32_t)lane;
@@ -627,6 +640,7 @@ static void decoder_dealloc(Decoder *d) {
 #undef FREE_TABLE
     interner_free(&d->strings);
     interner_free(&d->shapes);
+    interner_free(&d->keys);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
@@ -766,14 +780,16 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
         return NULL;
     }
     return Py_BuildValue(
-        "{sNsNsNsNsNsNsN}",
+        "{sNsNsNsNsNsNsNsN}",
         "nodes", table_dict(d->nodes, NODE_COLS, N_COLS),
         "outputs", table_dict(d->outputs, OUTPUT_COLS, O_COLS),
         "memory", table_dict(d->memory, MEMORY_COLS, M_COLS),
         "allocations", table_dict(d->allocs, ALLOC_COLS, A_COLS),
         "threads", table_dict(d->threads, THREAD_COLS, T_COLS),
         "strings", interned_list(&d->strings, utf8_string),
-        "shapes", interned_list(&d->shapes, shape_dims));
+        "shapes", interned_list(&d->shapes, shape_dims),
+        "keys", PyBytes_FromStringAndSize(d->keys.arena.data ? d->keys.arena.data : "",
+                                          (Py_ssize_t)d->keys.arena.len));
 }
 
 static PyMethodDef decoder_methods[] = {
@@ -784,7 +800,8 @@ static PyMethodDef decoder_methods[] = {
      "decode that message with protobuf instead."},
     {"finish", (PyCFunction)decoder_finish, METH_NOARGS,
      "finish() -> dict: per table {column: (numpy dtype, buffer)}, plus 'strings' (the\n"
-     "interned strings that the u4 string columns index) and 'shapes' (lists of dims).\n"
+     "interned strings that the u4 string columns index), 'shapes' (lists of dims) and\n"
+     "'keys' (bytes: per key_id, the uint32 codes of its lane, node_name, timeline_label).\n"
      "The column buffers are handed over: the decoder's tables are empty afterwards."},
     {NULL, NULL, 0, NULL},
 };

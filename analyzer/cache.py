@@ -21,11 +21,12 @@ import polars as pl
 
 from analyzer.rundir import RunDir
 
-CACHE_VERSION = 5  # bump whenever ingest's frames change
-# The Run's frames (nodes with derived columns), and what views need with their default
-# options: step -1's per-node numbers, the code paths, the scope and code trees.
-FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes", "op_log",
-          "code", "node_stats", "code_paths", "scopes_tree", "code_tree")
+CACHE_VERSION = 6  # bump whenever ingest's frames change
+# The Run's frames (the executions by key, the keys with derived columns), and what views
+# need with their default options: step -1's per-node numbers, the code paths, the scope
+# and code trees.
+FRAMES = ("executions", "keys", "outputs", "memory", "allocations", "threads", "graph_nodes",
+          "op_log", "code", "node_stats", "code_paths", "scopes_tree", "code_tree")
 
 
 def fingerprint(run: RunDir) -> dict[str, Any]:

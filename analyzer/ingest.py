@@ -29,6 +29,7 @@ import polars as pl
 from google.protobuf.message import DecodeError
 
 from analyzer.errors import InputFileError
+from analyzer.model import split_keys
 from analyzer.proto import graph_pb2, step_stats_pb2, tfprof_log_pb2, types_pb2
 
 _stepstats: types.ModuleType | None
@@ -50,14 +51,15 @@ _FG_PARTITION_GRAPHS = 1
 _DTYPE_NAMES = {v.number: v.name.removeprefix("DT_").lower()
                 for v in types_pb2.DataType.DESCRIPTOR.values}
 
-# lane, node_name and timeline_label repeat every step: categoricals until
-# model.derive_node_columns has used them as join keys (the Run holds strings).
+# The executions: numbers, and the number of their key (KEY_SCHEMA). The strings of an
+# execution (its lane, node name and timeline label) repeat every step, so they are kept
+# once per distinct key; model.py derives device, op type etc. per key, not per row.
+KEY_SCHEMA: Schema = {"lane": pl.String, "node_name": pl.String, "timeline_label": pl.String}
+KEY_COLUMNS = list(KEY_SCHEMA)
 NODE_SCHEMA: Schema = {
     "step": pl.Int64,
     "exec_idx": pl.UInt32,
-    "lane": pl.Categorical,
-    "node_name": pl.Categorical,
-    "timeline_label": pl.Categorical,
+    "key_id": pl.UInt32,
     "all_start_us": pl.Int64,
     "op_start_rel_us": pl.Int64,
     "op_end_rel_us": pl.Int64,
@@ -144,9 +146,12 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 @dataclass
 class StepFrames:
-    """Everything one step file holds, as frames; partition graphs as serialized bytes."""
+    """Everything one step file holds, as frames; partition graphs as serialized bytes.
+
+    `nodes` are the executions (NODE_SCHEMA); their `key_id` is a row of `keys`."""
 
     nodes: pl.DataFrame
+    keys: pl.DataFrame
     outputs: pl.DataFrame
     memory: pl.DataFrame
     allocations: pl.DataFrame
@@ -333,18 +338,42 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> 
     return StepBatch(concat_step_frames(parts) if parts else None, graphs, errors)
 
 
-def concat_step_frames(parts: list[StepFrames]) -> StepFrames:
-    """One StepFrames of several, in step order."""
+def concat_step_frames(parts: list[StepFrames], in_order: bool = False) -> StepFrames:
+    """One StepFrames of several, in step order (`in_order`: the parts already are, one
+    after the other). Their keys are merged: each distinct key once, numbered anew."""
     if len(parts) == 1:
         return parts[0]
 
-    def cat(name: str) -> pl.DataFrame:
-        frame = pl.concat([getattr(p, name) for p in parts], how="vertical")
+    def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+        frame = pl.concat(frames, how="vertical")
+        if in_order:
+            return frame
         order = ["step", "exec_idx"] if "exec_idx" in frame.columns else ["step"]
         return frame.sort(order, maintain_order=True)
 
-    return StepFrames(nodes=cat("nodes"), outputs=cat("outputs"), memory=cat("memory"),
-                      allocations=cat("allocations"), threads=cat("threads"))
+    keys, key_maps = merge_keys([p.keys for p in parts])
+    nodes = [p.nodes.with_columns(key_id=m.gather(p.nodes.get_column("key_id")))
+             for p, m in zip(parts, key_maps, strict=True)]
+    return StepFrames(nodes=cat(nodes), keys=keys,
+                      outputs=cat([p.outputs for p in parts]),
+                      memory=cat([p.memory for p in parts]),
+                      allocations=cat([p.allocations for p in parts]),
+                      threads=cat([p.threads for p in parts]))
+
+
+def merge_keys(tables: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.Series]]:
+    """The distinct rows of several key tables (first seen first), and per table the new
+    number of each of its rows (a few thousand keys: cheap, unlike the executions)."""
+    columns = tables[0].columns
+    tagged = pl.concat([t.with_columns(part=pl.lit(i, pl.UInt32)) for i, t in enumerate(tables)],
+                       how="vertical")
+    merged = tagged.select(columns).unique(maintain_order=True).with_row_index("key_id")
+    numbered = tagged.join(merged, on=columns, how="left", nulls_equal=True,
+                           maintain_order="left")
+    maps = numbered.get_column("key_id").to_numpy()
+    bounds = np.cumsum([0] + [t.height for t in tables])
+    return merged.drop("key_id"), [pl.Series("key_id", maps[a:b], dtype=pl.UInt32)
+                                   for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _decoded_frames(result: dict[str, Any]) -> StepFrames:
@@ -364,14 +393,28 @@ def _decoded_frames(result: dict[str, Any]) -> StepFrames:
 
     outputs = table("outputs", {**OUTPUT_SCHEMA, "shape": pl.UInt32, "dtype": pl.Int32},
                     ("allocator_name",))
+    nodes, keys = _used_keys(table("nodes", NODE_SCHEMA),
+                             np.frombuffer(result["keys"], dtype=np.uint32).reshape(-1, 3))
     return StepFrames(
-        nodes=_nanos_from_micros(table("nodes", NODE_SCHEMA,
-                                       ("lane", "node_name", "timeline_label"))),
+        nodes=_nanos_from_micros(nodes),
+        keys=pl.DataFrame([strings.gather(codes).alias(name)
+                           for name, codes in zip(KEY_COLUMNS, keys.T, strict=True)]),
         outputs=_named_outputs(outputs, result["shapes"]),
         memory=table("memory", MEMORY_SCHEMA, ("allocator_name",)),
         allocations=table("allocations", ALLOCATION_SCHEMA, ("allocator_name",)),
         threads=table("threads", THREAD_SCHEMA, ("lane", "name")),
     )
+
+
+def _used_keys(nodes: pl.DataFrame, keys: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
+    """Only the keys some execution has (a step the decoder declined may have added some),
+    numbered in order."""
+    key_id = nodes.get_column("key_id").to_numpy()
+    used = np.bincount(key_id, minlength=len(keys)) > 0
+    if used.all():
+        return nodes, keys
+    renumber = (np.cumsum(used) - 1).astype(np.uint32)
+    return nodes.with_columns(key_id=pl.Series(renumber[key_id])), keys[used]
 
 
 def _nanos_from_micros(nodes: pl.DataFrame) -> pl.DataFrame:
@@ -406,6 +449,11 @@ _OUTPUT_ROW = ["exec_idx", "slot", "dtype", "shape", "requested_bytes", "allocat
 _MEMORY_ROW = ["exec_idx", "allocator_name", "total_bytes", "peak_bytes", "live_bytes",
                "allocator_bytes_in_use"]
 _ALLOC_ROW = ["exec_idx", "allocator_name", "alloc_us", "alloc_bytes"]
+
+
+# The walk's execution rows carry their strings; key_executions numbers them.
+_WALKED_NODE_SCHEMA: Schema = {**{k: v for k, v in NODE_SCHEMA.items() if k != "key_id"},
+                               **KEY_SCHEMA}
 
 
 def _rows_frame(rows: list[tuple], names: list[str], schema: Schema, step: int,
@@ -479,11 +527,14 @@ def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
                 total, peak, live, inuse, temp, persist, out_bytes,
             ))
             idx += 1
-    nodes = _rows_frame(node_rows, _NODE_ROW, NODE_SCHEMA, step, index=True)
+    nodes, keys = split_keys(
+        _rows_frame(node_rows, _NODE_ROW, _WALKED_NODE_SCHEMA, step, index=True),
+        KEY_COLUMNS)
     outputs = _rows_frame(out_rows, _OUTPUT_ROW, OUTPUT_SCHEMA, step,
                           {"shape": pl.UInt32, "dtype": pl.Int32})
     return StepFrames(
-        nodes=_nanos_from_micros(nodes),
+        nodes=_nanos_from_micros(nodes.select(list(NODE_SCHEMA))),
+        keys=keys,
         outputs=_named_outputs(outputs, shapes),
         memory=_rows_frame(mem_rows, _MEMORY_ROW, MEMORY_SCHEMA, step),
         allocations=_rows_frame(alloc_rows, _ALLOC_ROW, ALLOCATION_SCHEMA, step),

@@ -15,11 +15,12 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analyzer import cache, ingest
 from analyzer.errors import InputFileError, RunDirError
-from analyzer.model import Run, derive_node_columns
+from analyzer.model import Run, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir, find_runs
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
@@ -141,17 +142,21 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
         except InputFileError as e:
             warnings.append(f"{e}; float_ops and the code view are unavailable")
     worker = pl.lit(run.worker).alias("worker")
+    merged = ingest.concat_step_frames(steps, in_order=True)
     out = {
-        "nodes": _concat([f.nodes for f in steps], ingest.NODE_SCHEMA),
-        "outputs": _concat([f.outputs for f in steps], ingest.OUTPUT_SCHEMA),
-        "memory": _concat([f.memory for f in steps], ingest.MEMORY_SCHEMA),
-        "allocations": _concat([f.allocations for f in steps], ingest.ALLOCATION_SCHEMA),
-        "threads": _concat([f.threads for f in steps], ingest.THREAD_SCHEMA),
+        "keys": merged.keys.select(worker, *ingest.KEY_COLUMNS),
+        "outputs": merged.outputs,
+        "memory": merged.memory,
+        "allocations": merged.allocations,
+        "threads": merged.threads,
         "graph_nodes": graph_nodes,
         "op_log": op_log,
         "code": code,
     }
-    return {k: v.with_columns(worker) for k, v in out.items()}, warnings
+    frames = {k: v.with_columns(worker) for k, v in out.items()}
+    # The executions are identified by key; the worker is a column of the keys.
+    frames["executions"] = merged.nodes
+    return frames, warnings
 
 
 def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None, for_cache: bool
@@ -160,7 +165,7 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None, for_cache: 
     need with their default options (step -1's per-node numbers, code paths, the scope and
     code trees), which the cache stores (without it, views compute what they need)."""
     frames, warnings = _load_run_dir(run, jobs, progress)
-    frames["nodes"] = derive_node_columns(frames["nodes"], frames["graph_nodes"])
+    frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if for_cache:
         one = Run.from_frames(frames)
         frames["node_stats"] = node_stats(one, -1)
@@ -176,8 +181,17 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
     if len(parts) == 1:
         return parts[0][name]
 
+    def read(part: dict[str, Any], name: str) -> pl.DataFrame:
+        value = part[name]() if callable(part[name]) else part[name]
+        part[name] = value
+        return value
+
     def concat() -> pl.DataFrame:
-        frames = [p[name]() if callable(p[name]) else p[name] for p in parts]
+        frames = [read(p, name) for p in parts]
+        if name == "executions":  # each run dir numbers its keys from 0
+            offsets = np.cumsum([0] + [read(p, "keys").height for p in parts])
+            frames = [f.with_columns(pl.col("key_id") + int(offset))
+                      for f, offset in zip(frames, offsets, strict=False)]
         merged = pl.concat(frames, how="vertical_relaxed")
         return merged.sort("worker", "name") if name == "node_stats" else merged
 

@@ -38,14 +38,20 @@ class _Frame:
 class Run:
     """Frames of a run. `nodes` has one row per NodeExecStats (see DESIGN.md "Data model").
 
+    The executions are kept as numbers plus a `key_id` into `keys` (one row per distinct
+    worker, lane, node name and timeline label, with what derives from them), since those
+    strings repeat every step; `nodes` joins the two when first used. Per-node numbers
+    (analyzer.nodestats) work on the pair and never build `nodes`.
+
     Each frame may be given as a DataFrame or as a function that returns it (read on first
     use). `node_stats` memoizes per-node numbers per step (see analyzer.nodestats), and
     `derived` other frames computed from these (`derived_frame`), which the cache keeps.
     """
 
-    FRAMES = ("nodes", "outputs", "memory", "allocations", "threads", "graph_nodes",
-              "op_log", "code")
-    nodes = _Frame()
+    FRAMES = ("executions", "keys", "outputs", "memory", "allocations", "threads",
+              "graph_nodes", "op_log", "code")
+    executions = _Frame()
+    keys = _Frame()
     outputs = _Frame()
     memory = _Frame()
     allocations = _Frame()
@@ -54,19 +60,28 @@ class Run:
     op_log = _Frame()
     code = _Frame()
 
-    def __init__(self, nodes: FrameSource, outputs: FrameSource, memory: FrameSource,
-                 allocations: FrameSource, threads: FrameSource, graph_nodes: FrameSource,
-                 op_log: FrameSource, code: FrameSource, paths: list[Path] | None = None,
-                 warnings: list[str] | None = None,
+    def __init__(self, executions: FrameSource, keys: FrameSource, outputs: FrameSource,
+                 memory: FrameSource, allocations: FrameSource, threads: FrameSource,
+                 graph_nodes: FrameSource, op_log: FrameSource, code: FrameSource,
+                 paths: list[Path] | None = None, warnings: list[str] | None = None,
                  node_stats: dict[int, FrameSource] | None = None,
                  derived: dict[str, FrameSource] | None = None) -> None:
         self._frames: dict[str, FrameSource] = {
-            "nodes": nodes, "outputs": outputs, "memory": memory, "allocations": allocations,
-            "threads": threads, "graph_nodes": graph_nodes, "op_log": op_log, "code": code}
+            "executions": executions, "keys": keys, "outputs": outputs, "memory": memory,
+            "allocations": allocations, "threads": threads, "graph_nodes": graph_nodes,
+            "op_log": op_log, "code": code}
+        self._nodes: pl.DataFrame | None = None
         self.paths = paths or []
         self.warnings = warnings or []
         self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
         self.derived: dict[str, FrameSource] = dict(derived or {})
+
+    @property
+    def nodes(self) -> pl.DataFrame:
+        """The executions with their key's columns (NODE_COLUMNS), built once."""
+        if self._nodes is None:
+            self._nodes = join_keys(self.executions, self.keys)
+        return self._nodes
 
     def derived_frame(self, name: str, build: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
         """The frame `name` computed from this run by `build`, once (or read from the
@@ -81,28 +96,34 @@ class Run:
                     warnings: list[str] | None = None,
                     node_stats: dict[int, FrameSource] | None = None,
                     derived: dict[str, FrameSource] | None = None) -> Run:
-        """A Run from a mapping with every name of FRAMES (others are ignored)."""
-        f = {name: frames[name] for name in cls.FRAMES}
-        return cls(f["nodes"], f["outputs"], f["memory"], f["allocations"], f["threads"],
-                   f["graph_nodes"], f["op_log"], f["code"], paths=paths, warnings=warnings,
-                   node_stats=node_stats, derived=derived)
+        """A Run from a mapping with every name of FRAMES (others are ignored), or with
+        `nodes` (NODE_COLUMNS) in place of executions and keys."""
+        f = dict(frames)
+        if "executions" not in f:
+            nodes = f["nodes"]
+            f["executions"], f["keys"] = split_keys(nodes() if callable(nodes) else nodes)
+        return cls(f["executions"], f["keys"], f["outputs"], f["memory"], f["allocations"],
+                   f["threads"], f["graph_nodes"], f["op_log"], f["code"], paths=paths,
+                   warnings=warnings, node_stats=node_stats, derived=derived)
 
     def replace(self, **frames: FrameSource) -> Run:
-        """A copy with some frames replaced (per-node numbers and derived frames are
-        recomputed)."""
-        return Run.from_frames({**self._frames, **frames}, self.paths, self.warnings)
+        """A copy with some frames replaced, `nodes` (whole) among them (per-node numbers
+        and derived frames are recomputed)."""
+        base = {k: v for k, v in self._frames.items()
+                if not ("nodes" in frames and k in ("executions", "keys"))}
+        return Run.from_frames({**base, **frames}, self.paths, self.warnings)
 
     @property
     def steps(self) -> list[int]:
-        return self.nodes.get_column("step").unique().sort().to_list()
+        return self.executions.get_column("step").unique().sort().to_list()
 
     @property
     def workers(self) -> list[str]:
-        return self.nodes.get_column("worker").unique().sort().to_list()
+        return self.keys.get_column("worker").unique().sort().to_list()
 
     @property
     def devices(self) -> list[str]:
-        return self.nodes.get_column("device").unique().sort().to_list()
+        return self.keys.get_column("device").unique().sort().to_list()
 
 
 def lane_kind_expr(lane: pl.Expr) -> pl.Expr:
@@ -142,24 +163,15 @@ def _unify_device_names(nodes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
-    """Add device, lane_kind and op_type (+ op_type_source) to the executions frame, and
-    node_name: the graph node of each execution (the raw name becomes stat_name).
+def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
+    """The key table (worker, lane, node_name, timeline_label: one row per distinct key of
+    the executions) with what is derived from it: device, lane_kind and op_type
+    (+ op_type_source), and node_name: the graph node (the raw name becomes stat_name).
 
     Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
     the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
-    Everything is computed on the distinct (worker, lane, name, label) keys, which repeat
-    every step; each execution finds its key's number with one join on the four columns
-    as categoricals, and every string column is gathered from the keys' table by that
-    number (hashing a million long strings, or carrying them through a join, costs several
-    times more). The key columns come back as strings.
+    A key repeats every step, so this is a few thousand rows whatever the run's size.
     """
-    key_cols = ["worker", "lane", "node_name", "timeline_label"]
-    coded = nodes.select(pl.col(key_cols).cast(pl.Categorical))
-    keys = coded.unique().with_row_index("key_id")
-    key_id = coded.join(keys, on=key_cols, how="left", nulls_equal=True,
-                        maintain_order="left").get_column("key_id")
-    keys = keys.with_columns(pl.col(key_cols).cast(pl.String))
     lanes = keys.select("worker", "lane").unique().with_columns(
         device=pl.coalesce(pl.col("lane").str.to_lowercase().str.extract(_DEVICE_PREFIX_RE, 1),
                            pl.col("lane").str.to_lowercase()),
@@ -173,23 +185,50 @@ def derive_node_columns(nodes: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.Da
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
         .select("worker", pl.col("name").alias("graph_node"), pl.col("op").alias("graph_op"))
     )
-    derived = (
+    return (
         keys
         # GPU stream records name "node:kernel"; the graph node is the part before ':'.
         .with_columns(graph_node=pl.col("node_name").str.split(":").list.first(),
                       label_op=pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1))
-        .join(lanes, on=["worker", "lane"], how="left")
-        .join(ops, on=["worker", "graph_node"], how="left")
-        .with_columns(
+        .join(lanes, on=["worker", "lane"], how="left", maintain_order="left")
+        .join(ops, on=["worker", "graph_node"], how="left", maintain_order="left")
+        .select(
+            "worker", "lane", pl.col("node_name").alias("stat_name"), "timeline_label",
+            pl.col("graph_node").alias("node_name"), "device", "lane_kind",
             op_type=pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown")),
             op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
             .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
             .otherwise(pl.lit("unknown")),
         )
-        .sort("key_id")  # row i describes key i
     )
-    per_row = derived.select(pl.all().gather(key_id))
-    return nodes.with_columns(per_row.select(key_cols)).rename(
-        {"node_name": "stat_name"}).hstack(
-        per_row.select(pl.col("graph_node").alias("node_name"), "device", "lane_kind",
-                       "op_type", "op_type_source"))
+
+
+# The executions frame as a Run shows it: numbers, then the key's columns.
+NODE_COLUMNS = [
+    "step", "exec_idx", "lane", "stat_name", "timeline_label", "all_start_us",
+    "op_start_rel_us", "op_end_rel_us", "all_end_rel_us", "scheduled_us", "start_ns",
+    "op_start_rel_ns", "op_end_rel_ns", "all_end_rel_ns", "scheduled_ns", "thread_id",
+    "mem_total_bytes", "mem_peak_bytes", "mem_live_bytes", "allocator_bytes_in_use",
+    "temp_bytes", "persistent_bytes", "output_bytes", "worker", "node_name", "device",
+    "lane_kind", "op_type", "op_type_source",
+]
+KEY_COLUMNS = ["worker", "lane", "stat_name", "timeline_label", "node_name", "device",
+               "lane_kind", "op_type", "op_type_source"]
+
+
+def join_keys(executions: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """Executions with their key's columns: gathered by number from the small key table
+    (hashing a million strings, or joining on them, costs several times more)."""
+    per_row = keys.select(pl.col(KEY_COLUMNS).gather(executions.get_column("key_id")))
+    return executions.hstack(per_row).select(NODE_COLUMNS)
+
+
+def split_keys(nodes: pl.DataFrame, key_columns: list[str] = KEY_COLUMNS
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The inverse of join_keys: (executions with key_id, the distinct `key_columns`)."""
+    coded = nodes.select(pl.col(key_columns).cast(pl.Categorical))
+    keys = coded.unique(maintain_order=True).with_row_index("key_id")
+    key_id = coded.join(keys, on=key_columns, how="left", nulls_equal=True,
+                        maintain_order="left").get_column("key_id")
+    return (nodes.drop(key_columns).with_columns(key_id=key_id),
+            keys.drop("key_id").with_columns(pl.col(key_columns).cast(pl.String)))

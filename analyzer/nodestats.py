@@ -32,36 +32,60 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     """One row per (worker, node_name) that has executions: the tfprof metrics for `step`
     (-1: average), `steps_run` (0 when no counted execution) and `exec_op`.
 
-    One pass over the executions, lazily (only the columns used are read): each metric is
-    masked per row, then everything is summed in a single group-by. The sum over steps of
+    What depends on strings (the node, the lane kind, the device) is decided per key, a
+    few thousand rows; the executions only gather small integers and flags by key_id, and
+    everything is summed in one group-by on the node's number. The sum over steps of
     per-step sums is the sum over executions, so the average is that sum integer-divided
     by the number of steps the node ran in.
     """
-    n = run.nodes.lazy()
+    keys = run.keys
+    nodes = keys.select("worker", "node_name").unique(maintain_order=True)
+    key_node = keys.join(nodes.with_row_index("node_id"), on=["worker", "node_name"],
+                         how="left", maintain_order="left").get_column("node_id")
+    ex = run.executions.lazy()
     counted = pl.col("all_start_us") > 0
-    # A node belongs to the first canonical device it runs on.
-    canonical = (
-        n.filter(counted & (pl.col("lane_kind") == "device"))
-        .group_by("worker", "node_name")
-        .agg(canonical=pl.col("device").sort_by("step", "exec_idx").first())
+    # Per key: its first execution (exec_op is the op type of a node's first one) and its
+    # first counted execution (a node belongs to the first canonical device it runs on).
+    order = pl.col("step") * (1 << 32) + pl.col("exec_idx").cast(pl.Int64)
+    firsts = (
+        ex.with_row_index("row").group_by("key_id")
+        .agg(first_row=pl.col("row").min(), first_counted=order.filter(counted).min())
+        .collect()
     )
-    n = n.join(canonical, on=["worker", "node_name"], how="left")
-    cpu_lane = pl.col("lane_kind") == "device"
-    # Executions on a second canonical device are dropped, as tfprof does.
-    keep = counted & (~cpu_lane | pl.col("canonical").is_null()
-                      | (pl.col("device") == pl.col("canonical")))
+    per_key = (
+        keys.with_row_index("key_id").with_columns(node_id=key_node)
+        .join(firsts, on="key_id", how="left")
+    )
+    on_device = pl.col("lane_kind") == "device"
+    per_node = per_key.group_by("node_id").agg(
+        canonical=pl.col("device").filter(on_device & pl.col("first_counted").is_not_null())
+        .sort_by(pl.col("first_counted").filter(
+            on_device & pl.col("first_counted").is_not_null())).first(),
+        exec_op=pl.col("op_type").sort_by("first_row").first(),
+    )
+    per_key = per_key.join(per_node, on="node_id", how="left").sort("key_id")
+    canonical = pl.col("canonical")
+    flags = per_key.select(
+        node_id=pl.col("node_id"),
+        cpu=on_device,
+        accel=pl.col("lane_kind") == "stream_all",
+        # Executions on a second canonical device are dropped, as tfprof does.
+        dropped=on_device & canonical.is_not_null() & (pl.col("device") != canonical),
+        on_canonical=(on_device & (pl.col("device") == canonical)).fill_null(False),
+    )
+    key_id = run.executions.get_column("key_id")
+    ex = ex.with_columns(flags.select(pl.all().gather(key_id)).get_columns())
+    keep = counted & ~pl.col("dropped")
     if step >= 0:
         keep = keep & (pl.col("step") == step)
     us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
-    accel_lane = pl.col("lane_kind") == "stream_all"
-    on_canonical = cpu_lane & (pl.col("device") == pl.col("canonical"))
+    cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
 
     def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
         return pl.when(keep & mask).then(value).otherwise(0)
 
-    masked = n.select(
-        "worker", "node_name", "canonical",
-        exec_op="op_type",
+    masked = ex.select(
+        "node_id",
         step_run=pl.when(keep).then(pl.col("step")),
         cpu_micros=where(cpu_lane, us),
         accelerator_micros=where(accel_lane, us),
@@ -76,12 +100,17 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         output_bytes=where(on_canonical, pl.col("output_bytes")),
     )
     steps_run = pl.col("step_run").drop_nulls().n_unique()
-    return masked.group_by("worker", "node_name").agg(
+    sums = masked.group_by("node_id").agg(
         *[(pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
-        device=pl.col("canonical").first(),
         steps_run=steps_run.cast(pl.UInt32),
-        exec_op=pl.col("exec_op").first(),
     ).collect()
+    return (
+        nodes.with_row_index("node_id")
+        .join(per_node, on="node_id", how="left")
+        .join(sums, on="node_id", how="left")
+        .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
+                exec_op="exec_op")
+    )
 
 
 def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
