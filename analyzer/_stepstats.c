@@ -288,6 +288,8 @@ typedef struct {
     int64_t step;
     uint32_t exec_idx; /* within the current step */
     int busy;          /* add() is running in another thread */
+    size_t expected;   /* bytes of StepStats this decoder will be given (0: unknown) */
+    size_t seen;       /* bytes of StepStats added so far */
 } Decoder;
 
 static int64_t intern_string(Decoder *d, const Reader *s) {
@@ -526,6 +528,10 @@ static int parse_node(Decoder *d, Reader r) {
         empty = intern(&d->strings, (const uint8_t *)"", 0, NULL);
         if (empty < 0) return (int)empty;
     }
+    if (v[N_START_NS] == 0) { /* traces from before the nanosecond fields: micros x 1000 */
+        for (int c = N_START_NS; c <= N_SCHED_NS; c++)
+            v[c] = (int64_t)((uint64_t)v[c - (N_START_NS - N_ALL_START_US)] * 1000u);
+    }
     PUT(d->nodes[N_STEP], int64_t, d->step);
     PUT(d->nodes[N_EXEC], uint32_t, d->exec_idx);
     PUT(d->nodes[N_LANE], uint32_t, 0); /* filled by parse_device */
@@ -644,6 +650,24 @@ static void decoder_dealloc(Decoder *d) {
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
+/* After the first message, room for what the expected bytes will add at the same rate:
+ * growing a column by doubling copies it each time and touches twice the memory. */
+static void reserve_expected(Decoder *d, double scale) {
+    scale *= 1.05;
+#define RESERVE(t, n) \
+    for (int i = 0; i < n; i++) \
+        if (d->t[i].len) buf_reserve(&d->t[i], (size_t)(d->t[i].len * scale) - d->t[i].len);
+    ALL_TABLES(RESERVE)
+#undef RESERVE
+}
+
+static PyObject *decoder_expect(Decoder *d, PyObject *arg) {
+    Py_ssize_t n = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    d->expected = n > 0 ? (size_t)n : 0;
+    Py_RETURN_NONE;
+}
+
 static PyObject *decoder_add(Decoder *d, PyObject *args) {
     Py_buffer view;
     long long step;
@@ -666,6 +690,9 @@ static PyObject *decoder_add(Decoder *d, PyObject *args) {
     d->exec_idx = 0;
     Reader r = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
     rc = parse_step_stats(d, r, &devices);
+    if (!rc && d->seen == 0 && d->expected > (size_t)view.len)
+        reserve_expected(d, (double)d->expected / (double)view.len);
+    if (!rc) d->seen += (size_t)view.len;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (rc) { /* roll back to the rows before this call (interned values may stay) */
@@ -793,6 +820,10 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyMethodDef decoder_methods[] = {
+    {"expect", (PyCFunction)decoder_expect, METH_O,
+     "expect(n: int) -> None\n\n"
+     "About n bytes of StepStats will be added: after the first add(), the columns make\n"
+     "room for them at once (a hint; a wrong one costs memory or regrowth, not rows)."},
     {"add", (PyCFunction)decoder_add, METH_VARARGS,
      "add(step_stats: bytes-like, step: int) -> int | None\n\n"
      "Append the rows of one StepStats message; returns its number of DeviceStepStats.\n"

@@ -307,6 +307,7 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> 
     does not accept is walked with protobuf, which decides whether it is valid."""
     use_native = native_decoder_available() if native is None else native
     decoder = _stepstats.Decoder() if use_native and _stepstats is not None else None
+    items = list(items)
     walked: list[StepFrames] = []
     graphs: dict[bytes, bytes] = {}
     errors: list[str] = []
@@ -316,6 +317,8 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> 
         try:
             raw = reader.read(path, size)
             stats, step_graphs = _split_step(raw, str(path))
+            if decoder is not None and path is items[0][0]:
+                decoder.expect(len(stats) * len(items))  # steps of a run are alike in size
             devices = decoder.add(stats, step) if decoder is not None else None
             if devices is None:
                 walked.append(walk_step_bytes(stats, step, str(path)))
@@ -396,7 +399,7 @@ def _decoded_frames(result: dict[str, Any]) -> StepFrames:
     nodes, keys = _used_keys(table("nodes", NODE_SCHEMA),
                              np.frombuffer(result["keys"], dtype=np.uint32).reshape(-1, 3))
     return StepFrames(
-        nodes=_nanos_from_micros(nodes),
+        nodes=nodes,  # the decoder fills in nanos from micros as _nanos_from_micros does
         keys=pl.DataFrame([strings.gather(codes).alias(name)
                            for name, codes in zip(KEY_COLUMNS, keys.T, strict=True)]),
         outputs=_named_outputs(outputs, result["shapes"]),
