@@ -3,6 +3,11 @@
 A second analysis of the same run reads columns only. The cache lives in the run dir's
 `.runlens/` folder, or in the user cache dir when the run dir is read-only. Any problem
 with the cache (missing, stale, unreadable, unwritable) means "no cache", never an error.
+
+The cache is written in a background thread (`store_in_background`) while the analysis
+goes on: the ingested frames first, the per-node numbers and trees as they are computed.
+It appears at once, complete (a temporary folder renamed), or not at all. The process
+waits for it before exiting, and `wait()` (which load_run calls) before reading again.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,7 @@ from analyzer.rundir import RunDir
 CACHE_VERSION = 6  # bump whenever ingest's frames change
 # The Run's frames (the executions by key, the keys with derived columns), and what views
 # need with their default options: step -1's per-node numbers, the code paths, the scope
-# and code trees.
+# and code trees. Written in this order: the ones computed last come last.
 FRAMES = ("executions", "keys", "outputs", "memory", "allocations", "threads", "graph_nodes",
           "op_log", "code", "node_stats", "code_paths", "scopes_tree", "code_tree")
 
@@ -76,9 +82,13 @@ def load(run: RunDir, key: dict[str, Any]
     return None
 
 
-def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
+CacheFrame = pl.DataFrame | Future  # a Future: a frame still being computed
+
+
+def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
           warnings: list[str]) -> Path | None:
-    """Write the cache to the first writable location; returns it, or None if none is."""
+    """Write the cache to the first writable location; returns it, or None if none is
+    (or if a frame's Future fails: its computation failed, so there is no cache)."""
     for loc in _locations(run):
         try:
             loc.parent.mkdir(parents=True, exist_ok=True)
@@ -87,10 +97,17 @@ def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
             continue
         try:
             for name in FRAMES:
+                frame = frames[name]
+                if isinstance(frame, Future):
+                    try:
+                        frame = frame.result()
+                    except BaseException:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        return None
                 # snappy: the fastest to write here at about lz4's size (1M executions:
                 # 0.26 s and 26 MB vs lz4's 0.35 s and 24 MB; uncompressed 0.28 s, 64 MB).
-                frames[name].write_parquet(tmp / f"{name}.parquet", compression="snappy",
-                                           statistics=False)
+                frame.write_parquet(tmp / f"{name}.parquet", compression="snappy",
+                                    statistics=False)
             (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
             if loc.exists():
                 shutil.rmtree(loc, ignore_errors=True)
@@ -101,6 +118,32 @@ def store(run: RunDir, key: dict[str, Any], frames: dict[str, pl.DataFrame],
             shutil.rmtree(tmp, ignore_errors=True)
             continue
     return None
+
+
+_writer: ThreadPoolExecutor | None = None
+_pending: list[Future] = []
+
+
+def store_in_background(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+                        warnings: list[str]) -> Future:
+    """`store` in the cache's writer thread; frames given as Futures are written when the
+    caller sets them (it must set or fail every one of them, or the writer waits)."""
+    global _writer
+    if _writer is None:
+        # Its thread is joined when the interpreter exits: the cache is finished first.
+        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlens-cache")
+    future = _writer.submit(store, run, key, dict(frames), list(warnings))
+    _pending.append(future)
+    return future
+
+
+def wait() -> None:
+    """Until the caches being written by this process are written (or given up)."""
+    while _pending:
+        try:
+            _pending.pop(0).result()
+        except Exception:  # noqa: BLE001 - a cache that could not be written is no cache
+            pass
 
 
 def _remove_other_versions(loc: Path) -> None:

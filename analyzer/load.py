@@ -8,10 +8,11 @@ Parquet cache (analyzer/cache.py).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -159,19 +160,33 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     return frames, warnings
 
 
-def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None, for_cache: bool
-                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames with derived columns; `for_cache`: also what views
-    need with their default options (step -1's per-node numbers, code paths, the scope and
-    code trees), which the cache stores (without it, views compute what they need)."""
+def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
+                  cache_key: dict[str, Any] | None) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Ingest one run dir: its frames with derived columns. With a `cache_key`, the cache
+    is written in the background as this goes on, and these frames get what views need
+    with their default options (step -1's per-node numbers, code paths, the scope and code
+    trees), which the cache stores; without, views compute what they need."""
     frames, warnings = _load_run_dir(run, jobs, progress)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
-    if for_cache:
-        one = Run.from_frames(frames)
-        frames["node_stats"] = node_stats(one, -1)
-        frames["code_paths"] = code_paths(one)
-        for kind in TREE_KINDS:
-            frames[f"{kind}_tree"] = default_tree_nodes(one, kind)
+    if cache_key is None:
+        return frames, warnings
+    one = Run.from_frames(frames)
+    builders: dict[str, Callable[[], pl.DataFrame]] = {
+        "node_stats": lambda: node_stats(one, -1),
+        "code_paths": lambda: code_paths(one),
+        **{f"{kind}_tree": functools.partial(default_tree_nodes, one, kind)
+           for kind in TREE_KINDS},
+    }
+    later: dict[str, Future] = {name: Future() for name in builders}
+    cache.store_in_background(run, cache_key, {**frames, **later}, warnings)
+    try:
+        for name, build in builders.items():
+            frames[name] = build()
+            later[name].set_result(frames[name])
+    finally:  # on an error (or ^C), the writer must not wait for what never comes
+        for future in later.values():
+            if not future.done():
+                future.set_exception(RuntimeError("not computed"))
     return frames, warnings
 
 
@@ -212,6 +227,7 @@ def load_run(
     """
     runs = find_runs(path)
     jobs = jobs or os.cpu_count() or 1
+    cache.wait()  # a cache this process is still writing is read once written
     parts: list[dict[str, Any]] = []
     warnings: list[str] = []
     for run in runs:
@@ -221,9 +237,8 @@ def load_run(
         if cached is not None:
             frames, run_warnings = cached
         else:
-            frames, run_warnings = _fresh_frames(run, jobs, progress, for_cache=use_cache)
-            if use_cache:
-                cache.store(run, key, frames, run_warnings)
+            frames, run_warnings = _fresh_frames(run, jobs, progress,
+                                                 key if use_cache else None)
         parts.append(frames)
         warnings.extend(run_warnings)
     frames = {name: _merged(parts, name) for name in Run.FRAMES}

@@ -343,7 +343,7 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     t = time.perf_counter()
     run = load_run(run_path, use_cache=mode != "no-cache", jobs=jobs)
     ingest = time.perf_counter() - t
-    emit(ingest_seconds=ingest, node_rows=run.nodes.height, warnings=len(run.warnings))
+    emit(ingest_seconds=ingest, node_rows=run.executions.height, warnings=len(run.warnings))
     opts = ViewOptions()
     per_view = {}
     for kind, fn in VIEWS.items():
@@ -353,6 +353,13 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
         per_view[kind + "_rows"] = view.rows.height
     emit(views=per_view, views_seconds=sum(v for k, v in per_view.items()
                                            if not k.endswith("_rows")))
+    # The cache is written in the background while views run; the process exits (and the
+    # measurement ends) once it is written.
+    from analyzer import cache
+
+    t = time.perf_counter()
+    cache.wait()
+    emit(cache_wait_seconds=time.perf_counter() - t)
     if mode == "cold":
         emit(cache_present_after=_cache_present(run_path))
     emit_rusage()
@@ -550,11 +557,13 @@ def main() -> int:
                     print(f"engine {mode} failed: {r.get('stderr_tail')}")
                     return 1
                 print(f"engine {mode}: ingest {r['ingest_seconds']:.3f} s, views "
-                      f"{r['views_seconds']:.3f} s "
+                      f"{r['views_seconds']:.3f} s, cache wait "
+                      f"{r.get('cache_wait_seconds', 0):.3f} s; "
                       + ", ".join(f"{k} {v:.3f}" for k, v in r["views"].items()
                                   if not k.endswith("_rows"))
                       + f" (imports {r['import_seconds']:.2f} s, not counted)")
-                r["seconds"] = r["ingest_seconds"] + r["views_seconds"]
+                r["seconds"] = (r["ingest_seconds"] + r["views_seconds"]
+                                + r.get("cache_wait_seconds", 0))
                 runs.append(r)
             runs.sort(key=lambda r: r["seconds"])
             results[mode] = runs[len(runs) // 2]  # the median run
@@ -623,14 +632,15 @@ def main() -> int:
 
         for mode in ("no-cache", "cold", "warm"):
             r = results[mode]
-            sec = r["ingest_seconds"] + r["views_seconds"]
+            sec = r["seconds"]
             label = "cold, --no-cache" if mode == "no-cache" else mode
             spread = r["all_seconds"]
             median = (f"; median of {len(spread)}: {spread[0]:.3f}-{spread[-1]:.3f} s"
                       if len(spread) > 1 else "")
             rows.append({"name": f"runlens {label}: load_run + 4 views (ingest "
                                  f"{r['ingest_seconds']:.3f} s + views "
-                                 f"{r['views_seconds']:.3f} s{median})",
+                                 f"{r['views_seconds']:.3f} s + cache wait "
+                                 f"{r.get('cache_wait_seconds', 0):.3f} s{median})",
                          "nodes": n, "seconds": sec, "rate": n / sec, "ratio": ratio(n / sec),
                          "self": r.get("self_peak_rss_kib"),
                          "workers": r.get("workers_peak_rss_kib"),

@@ -10,6 +10,7 @@ import sys
 import polars as pl
 import pytest
 
+from analyzer import cache
 from analyzer.cache import CACHE_VERSION
 from analyzer.errors import RunDirError
 from analyzer.load import load_run
@@ -115,8 +116,10 @@ def test_newer_format_version_is_refused(run_copy):
 def test_cache_is_used_and_invalidated(run_copy):
     run_dir = run_copy("mlp")
     cold = load_run(run_dir)
-    assert (run_dir / ".runlens").is_dir()
+    cache.wait()  # it is written in the background
+    assert (run_dir / ".runlens" / f"cache-v{CACHE_VERSION}" / "key.json").is_file()
     warm = load_run(run_dir)
+    assert callable(warm._frames["executions"])  # read from Parquet when first used
     assert warm.nodes.equals(cold.nodes) and warm.outputs.equals(cold.outputs)
     # Changing a step file (size and mtime) invalidates the cache.
     victim = sorted((run_dir / "steps").glob("step-*.pb"))[0]
@@ -124,12 +127,36 @@ def test_cache_is_used_and_invalidated(run_copy):
     changed = load_run(run_dir)
     assert len(changed.steps) == len(cold.steps) - 1 and changed.warnings
 
+def test_a_process_exits_once_its_cache_is_written(run_copy):
+    """load_run writes the cache in a background thread; the interpreter waits for it."""
+    run_dir = run_copy("mlp")
+    subprocess.run([sys.executable, "-c", "import sys; from analyzer.load import load_run; "
+                    "load_run(sys.argv[1])", str(run_dir)], check=True, cwd=ROOT)
+    assert (run_dir / ".runlens" / f"cache-v{CACHE_VERSION}" / "key.json").is_file()
+
+
+def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
+    """The writer waits for frames still being computed; when that fails, it gives up
+    (no half-written cache, no hang) and the error reaches the caller."""
+    run_dir = run_copy("mlp")
+
+    def broken(run):
+        raise ValueError("broken")
+
+    monkeypatch.setattr("analyzer.load.code_paths", broken)
+    with pytest.raises(ValueError, match="broken"):
+        load_run(run_dir)
+    cache.wait()
+    assert list((run_dir / ".runlens").iterdir()) == []
+
+
 def test_a_new_cache_removes_the_caches_of_other_versions(run_copy):
     run_dir = run_copy("mlp")
     old = run_dir / ".runlens" / "cache-v1"
     old.mkdir(parents=True)
     (old / "nodes.parquet").write_bytes(b"stale")
     load_run(run_dir)
+    cache.wait()
     assert [p.name for p in (run_dir / ".runlens").iterdir()] == [f"cache-v{CACHE_VERSION}"]
 
 
