@@ -104,9 +104,11 @@ def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                     except BaseException:
                         shutil.rmtree(tmp, ignore_errors=True)
                         return None
-                # snappy: the fastest to write here at about lz4's size (1M executions:
-                # 0.26 s and 26 MB vs lz4's 0.35 s and 24 MB; uncompressed 0.28 s, 64 MB).
-                frame.write_parquet(tmp / f"{name}.parquet", compression="snappy",
+                # The executions (numbers only) uncompressed: 1M rows write in 0.08 s
+                # (0.15 CPU-s) and 44 MB, vs snappy's 0.12 s (0.23) and 22 MB. The other
+                # frames snappy: the fastest to write at about lz4's size.
+                compression = "uncompressed" if name == "executions" else "snappy"
+                frame.write_parquet(tmp / f"{name}.parquet", compression=compression,
                                     statistics=False)
             (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
             if loc.exists():

@@ -430,12 +430,22 @@ def _nanos_from_micros(nodes: pl.DataFrame) -> pl.DataFrame:
                          ("scheduled_us", "scheduled_ns"))])
 
 
+# DataType names by enum number (gathering from it is ~5x cheaper than a replace).
+_DTYPE_TABLE = pl.Series([_DTYPE_NAMES.get(i, str(i)) for i in range(max(_DTYPE_NAMES) + 1)],
+                         dtype=pl.String)
+
+
 def _named_outputs(outputs: pl.DataFrame, shapes: list[list[int]]) -> pl.DataFrame:
     """dtype enum numbers -> names ("float", "int32"); shape codes -> dims from `shapes`."""
     shape_table = pl.Series("shape", shapes, dtype=pl.List(pl.Int64))
+    dtype = outputs.get_column("dtype")
+    if dtype.is_between(0, len(_DTYPE_TABLE) - 1).all():
+        names = _DTYPE_TABLE.gather(dtype)
+    else:  # numbers no TensorFlow of ours knows: shown as numbers
+        names = dtype.replace_strict(_DTYPE_NAMES, default=dtype.cast(pl.String),
+                                     return_dtype=pl.String)
     return outputs.with_columns(
-        dtype=pl.col("dtype").replace_strict(_DTYPE_NAMES, default=pl.col("dtype").cast(
-            pl.String), return_dtype=pl.String),
+        dtype=names.alias("dtype"),
         shape=shape_table.gather(outputs.get_column("shape")),
     )
 

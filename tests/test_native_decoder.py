@@ -123,6 +123,18 @@ def test_encodings_tensorflow_does_not_write():
     assert ours.allocations["allocator_name"].to_list() == ["cpu0"]
 
 
+def test_dtype_numbers_tensorflow_does_not_name_show_as_numbers():
+    node = _node("a", all_start_micros=1)
+    for dtype in (1, 250, 101):  # float, unknown, float_ref
+        node.output.add(slot=0).tensor_description.dtype = dtype
+    stats = ss.StepStats(dev_stats=[ss.DeviceStepStats(device="/cpu:0", node_stats=[node])]
+                         ).SerializeToString()
+    ours, ref = _native(stats), ingest.walk_step_bytes(stats, 7, "test")
+    assert ours is not None
+    _assert_same(ours, ref)
+    assert ours.outputs["dtype"].to_list() == ["float", "250", "float_ref"]
+
+
 def record_first_field(mem: ss.AllocatorMemoryUsed) -> bytes:
     """A `memory` field of NodeExecStats whose allocator name follows its records."""
     body = mem.SerializeToString() + b"\x0a\x04cpu0"
