@@ -107,9 +107,9 @@ def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                 # The executions (numbers only) uncompressed: 1M rows write in 0.08 s
                 # (0.15 CPU-s) and 44 MB, vs snappy's 0.12 s (0.23) and 22 MB. The other
                 # frames snappy: the fastest to write at about lz4's size.
-                compression = "uncompressed" if name == "executions" else "snappy"
-                frame.write_parquet(tmp / f"{name}.parquet", compression=compression,
-                                    statistics=False)
+                frame.write_parquet(tmp / f"{name}.parquet", statistics=False,
+                                    compression="uncompressed" if name == "executions"
+                                    else "snappy")
             (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
             if loc.exists():
                 shutil.rmtree(loc, ignore_errors=True)
