@@ -109,39 +109,56 @@ def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
 
 
+def _read_graph(run: RunDir) -> tuple[pl.DataFrame | None, str | None]:
+    """graph.pb's nodes, or the warning that says why not."""
+    if run.graph is None:
+        return None, None
+    try:
+        return ingest.ingest_graph_file(run.graph), None
+    except InputFileError as e:
+        return None, f"{e}; op types come from partition graphs and timeline labels"
+
+
+def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | None]:
+    """op_log.pb's float ops and code traces, or empty ones and the warning why."""
+    if run.op_log is None:
+        return ingest.empty_op_log(), None
+    try:
+        return ingest.ingest_op_log_file(run.op_log), None
+    except InputFileError as e:
+        return ingest.empty_op_log(), f"{e}; float_ops and the code view are unavailable"
+
+
 def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
                   ) -> tuple[dict[str, pl.DataFrame], list[str]]:
     warnings: list[str] = []
     steps: list[ingest.StepFrames] = []
     graphs: dict[bytes, bytes] = {}
-    for batch in _ingest_steps(run, jobs, progress):
-        warnings.extend(batch.errors)
-        if batch.frames is not None:
-            steps.append(batch.frames)
-        for digest, g in batch.graphs.items():
-            graphs.setdefault(digest, g)
+    # graph.pb and op_log.pb (a Python walk) are read beside the step files, whose
+    # decoding leaves the main thread idle.
+    with ThreadPoolExecutor(max_workers=1) as side:
+        graph_read = side.submit(_read_graph, run)
+        op_log_read = side.submit(_read_op_log, run)
+        for batch in _ingest_steps(run, jobs, progress):
+            warnings.extend(batch.errors)
+            if batch.frames is not None:
+                steps.append(batch.frames)
+            for digest, g in batch.graphs.items():
+                graphs.setdefault(digest, g)
+        graph, graph_warning = graph_read.result()
+        (op_log, code), op_log_warning = op_log_read.result()
     if not steps:
         raise RunDirError(
             f"{run.path}: no readable step file ({len(warnings)} skipped; first: "
             f"{warnings[0] if warnings else 'none'})"
         )
-    graph_frames = []
-    if run.graph is not None:
-        try:
-            graph_frames.append(ingest.ingest_graph_file(run.graph))
-        except InputFileError as e:
-            warnings.append(f"{e}; op types come from partition graphs and timeline labels")
+    warnings += [w for w in (graph_warning, op_log_warning) if w]
+    graph_frames = [graph] if graph is not None else []
     if graphs:
         graph_frames.append(ingest.ingest_graph_defs(
             graphs.values(), f"{run.path}/steps (partition graphs)", "partition"))
     graph_nodes = _concat(graph_frames, ingest.GRAPH_NODE_SCHEMA).unique(
         subset=["name", "source", "device"], keep="first", maintain_order=True)
-    op_log, code = ingest.empty_op_log()
-    if run.op_log is not None:
-        try:
-            op_log, code = ingest.ingest_op_log_file(run.op_log)
-        except InputFileError as e:
-            warnings.append(f"{e}; float_ops and the code view are unavailable")
     worker = pl.lit(run.worker).alias("worker")
     merged = ingest.concat_step_frames(steps, in_order=True)
     out = {
