@@ -20,6 +20,10 @@ import click
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 
+# numpy's OpenBLAS starts a thread per core that spins for a while at import: 0.1 CPU-s
+# taken from ingest on a small machine, for linear algebra runlens never does.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 def _fail(message: str, code: int) -> None:
     click.echo(f"analyze: {message}", err=True)
