@@ -62,10 +62,7 @@ enum {
     N_SCHED_NS, N_THREAD, N_MEM_TOTAL, N_MEM_PEAK, N_MEM_LIVE, N_INUSE, N_TEMP, N_PERSIST,
     N_OUT_BYTES, N_KEY, N_COLS
 };
-enum {
-    O_STEP, O_EXEC, O_SLOT, O_DTYPE, O_SHAPE, O_REQ, O_ALLOC, O_ALLOC_ID, O_ALLOCATOR, O_PTR,
-    O_COLS
-};
+enum { O_STEP, O_EXEC, O_SLOT, O_KEY, O_REQ, O_ALLOC, O_ALLOC_ID, O_PTR, O_COLS };
 enum { M_STEP, M_EXEC, M_ALLOCATOR, M_TOTAL, M_PEAK, M_LIVE, M_INUSE, M_COLS };
 enum { A_STEP, A_EXEC, A_ALLOCATOR, A_US, A_BYTES, A_COLS };
 enum { T_STEP, T_LANE, T_THREAD, T_NAME, T_COLS };
@@ -86,9 +83,9 @@ static const ColSpec NODE_COLS[N_COLS] = {
     {"output_bytes", "i8"}, {"key_id", "u4"},
 };
 static const ColSpec OUTPUT_COLS[O_COLS] = {
-    {"step", "i8"}, {"exec_idx", "u4"}, {"slot", "i4"}, {"dtype", "i4"}, {"shape", "u4"},
+    {"step", "i8"}, {"exec_idx", "u4"}, {"slot", "i4"}, {"out_key", "u4"},
     {"requested_bytes", "i8"}, {"allocated_bytes", "i8"}, {"allocation_id", "i8"},
-    {"allocator_name", "u4"}, {"ptr", "u8"},
+    {"ptr", "u8"},
 };
 static const ColSpec MEMORY_COLS[M_COLS] = {
     {"step", "i8"}, {"exec_idx", "u4"}, {"allocator_name", "u4"}, {"total_bytes", "i8"},
@@ -285,6 +282,7 @@ typedef struct {
     Buf nodes[N_COLS], outputs[O_COLS], memory[M_COLS], allocs[A_COLS], threads[T_COLS];
     Interner strings, shapes;
     Interner keys; /* (lane, node_name, timeline_label) string codes: 3 x uint32 each */
+    Interner out_keys; /* outputs' (dtype, shape code, allocator_name code): 3 x uint32 */
     int64_t step;
     uint32_t exec_idx; /* within the current step */
     int busy;          /* add() is running in another thread */
@@ -392,13 +390,15 @@ static int parse_output(Decoder *d, Reader r, int64_t *out_bytes) {
     if (a.present) *out_bytes += a.req > a.alloc ? a.req : a.alloc;
     PUT(d->outputs[O_STEP], int64_t, d->step);
     PUT(d->outputs[O_EXEC], uint32_t, d->exec_idx);
+    /* dtype, shape and allocator repeat every step: numbered once, as node keys are. */
+    uint32_t triple[3] = {(uint32_t)dtype, (uint32_t)shape, (uint32_t)a.allocator};
+    int64_t key = intern(&d->out_keys, (const uint8_t *)triple, sizeof triple, NULL);
+    if (key < 0) return (int)key;
     PUT(d->outputs[O_SLOT], int32_t, slot);
-    PUT(d->outputs[O_DTYPE], int32_t, dtype);
-    PUT(d->outputs[O_SHAPE], uint32_t, shape);
+    PUT(d->outputs[O_KEY], uint32_t, key);
     PUT(d->outputs[O_REQ], int64_t, a.req);
     PUT(d->outputs[O_ALLOC], int64_t, a.alloc);
     PUT(d->outputs[O_ALLOC_ID], int64_t, a.alloc_id);
-    PUT(d->outputs[O_ALLOCATOR], uint32_t, a.allocator);
     PUT(d->outputs[O_PTR], uint64_t, a.ptr);
     return 0;
 }
@@ -647,6 +647,7 @@ static void decoder_dealloc(Decoder *d) {
     interner_free(&d->strings);
     interner_free(&d->shapes);
     interner_free(&d->keys);
+    interner_free(&d->out_keys);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
@@ -807,7 +808,7 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
         return NULL;
     }
     return Py_BuildValue(
-        "{sNsNsNsNsNsNsNsN}",
+        "{sNsNsNsNsNsNsNsNsN}",
         "nodes", table_dict(d->nodes, NODE_COLS, N_COLS),
         "outputs", table_dict(d->outputs, OUTPUT_COLS, O_COLS),
         "memory", table_dict(d->memory, MEMORY_COLS, M_COLS),
@@ -816,7 +817,10 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
         "strings", interned_list(&d->strings, utf8_string),
         "shapes", interned_list(&d->shapes, shape_dims),
         "keys", PyBytes_FromStringAndSize(d->keys.arena.data ? d->keys.arena.data : "",
-                                          (Py_ssize_t)d->keys.arena.len));
+                                          (Py_ssize_t)d->keys.arena.len),
+        "output_keys", PyBytes_FromStringAndSize(
+            d->out_keys.arena.data ? d->out_keys.arena.data : "",
+            (Py_ssize_t)d->out_keys.arena.len));
 }
 
 static PyMethodDef decoder_methods[] = {
@@ -832,7 +836,8 @@ static PyMethodDef decoder_methods[] = {
     {"finish", (PyCFunction)decoder_finish, METH_NOARGS,
      "finish() -> dict: per table {column: (numpy dtype, buffer)}, plus 'strings' (the\n"
      "interned strings that the u4 string columns index), 'shapes' (lists of dims) and\n"
-     "'keys' (bytes: per key_id, the uint32 codes of its lane, node_name, timeline_label).\n"
+     "'keys' (bytes: per key_id, the uint32 codes of its lane, node_name, timeline_label)\n"
+     "and 'output_keys' (per out_key: dtype number, shape code, allocator_name code).\n"
      "The column buffers are handed over: the decoder's tables are empty afterwards."},
     {NULL, NULL, 0, NULL},
 };

@@ -79,16 +79,18 @@ NODE_SCHEMA: Schema = {
     "persistent_bytes": pl.Int64,
     "output_bytes": pl.Int64,
 }
+# Outputs likewise: numbers, and the number of their (dtype, shape, allocator) key.
+OUTPUT_KEY_SCHEMA: Schema = {"dtype": pl.String, "shape": pl.List(pl.Int64),
+                             "allocator_name": pl.String}
+OUTPUT_KEY_COLUMNS = list(OUTPUT_KEY_SCHEMA)
 OUTPUT_SCHEMA: Schema = {
     "step": pl.Int64,
     "exec_idx": pl.UInt32,
     "slot": pl.Int32,
-    "dtype": pl.String,
-    "shape": pl.List(pl.Int64),
+    "out_key": pl.UInt32,
     "requested_bytes": pl.Int64,
     "allocated_bytes": pl.Int64,
     "allocation_id": pl.Int64,
-    "allocator_name": pl.String,
     "ptr": pl.UInt64,
 }
 MEMORY_SCHEMA: Schema = {
@@ -148,11 +150,13 @@ def _empty(schema: Schema) -> pl.DataFrame:
 class StepFrames:
     """Everything one step file holds, as frames; partition graphs as serialized bytes.
 
-    `nodes` are the executions (NODE_SCHEMA); their `key_id` is a row of `keys`."""
+    `nodes` are the executions (NODE_SCHEMA); their `key_id` is a row of `keys`, and an
+    output's `out_key` a row of `output_keys` (OUTPUT_KEY_SCHEMA)."""
 
     nodes: pl.DataFrame
     keys: pl.DataFrame
     outputs: pl.DataFrame
+    output_keys: pl.DataFrame
     memory: pl.DataFrame
     allocations: pl.DataFrame
     threads: pl.DataFrame
@@ -354,11 +358,17 @@ def concat_step_frames(parts: list[StepFrames], in_order: bool = False) -> StepF
         order = ["step", "exec_idx"] if "exec_idx" in frame.columns else ["step"]
         return frame.sort(order, maintain_order=True)
 
-    keys, key_maps = merge_keys([p.keys for p in parts])
-    nodes = [p.nodes.with_columns(key_id=m.gather(p.nodes.get_column("key_id")))
-             for p, m in zip(parts, key_maps, strict=True)]
-    return StepFrames(nodes=cat(nodes), keys=keys,
-                      outputs=cat([p.outputs for p in parts]),
+    def renumbered(frames: list[pl.DataFrame], tables: list[pl.DataFrame], column: str
+                   ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+        merged, maps = merge_keys(tables)
+        return [f.with_columns(m.gather(f.get_column(column)).alias(column))
+                for f, m in zip(frames, maps, strict=True)], merged
+
+    nodes, keys = renumbered([p.nodes for p in parts], [p.keys for p in parts], "key_id")
+    outputs, output_keys = renumbered([p.outputs for p in parts],
+                                      [p.output_keys for p in parts], "out_key")
+    return StepFrames(nodes=cat(nodes), keys=keys, outputs=cat(outputs),
+                      output_keys=output_keys,
                       memory=cat([p.memory for p in parts]),
                       allocations=cat([p.allocations for p in parts]),
                       threads=cat([p.threads for p in parts]))
@@ -382,42 +392,46 @@ def merge_keys(tables: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.Series
 def _decoded_frames(result: dict[str, Any]) -> StepFrames:
     """The C decoder's columns -> frames: numbers as they are, string codes looked up."""
     strings = pl.Series(result["strings"], dtype=pl.String)
-    categories = strings.cast(pl.Categorical)
 
     def table(name: str, schema: Schema, text: tuple[str, ...] = ()) -> pl.DataFrame:
         cols = []
         for col, (dtype, buf) in result[name].items():
             values = pl.Series(col, np.frombuffer(buf, dtype=dtype))
             if col in text:
-                table = categories if schema[col] == pl.Categorical else strings
-                values = table.gather(values).alias(col)
+                values = strings.gather(values).alias(col)
             cols.append(values)
         return pl.DataFrame(cols).select(list(schema))
 
-    outputs = table("outputs", {**OUTPUT_SCHEMA, "shape": pl.UInt32, "dtype": pl.Int32},
-                    ("allocator_name",))
-    nodes, keys = _used_keys(table("nodes", NODE_SCHEMA),
-                             np.frombuffer(result["keys"], dtype=np.uint32).reshape(-1, 3))
+    def triples(name: str) -> np.ndarray:
+        return np.frombuffer(result[name], dtype=np.uint32).reshape(-1, 3)
+
+    nodes, keys = _used_keys(table("nodes", NODE_SCHEMA), "key_id", triples("keys"))
+    outputs, out_keys = _used_keys(table("outputs", OUTPUT_SCHEMA), "out_key",
+                                   triples("output_keys"))
+    output_keys = pl.DataFrame({"dtype": out_keys[:, 0].view(np.int32), "shape": out_keys[:, 1],
+                                "allocator_name": strings.gather(out_keys[:, 2])})
     return StepFrames(
         nodes=nodes,  # the decoder fills in nanos from micros as _nanos_from_micros does
         keys=pl.DataFrame([strings.gather(codes).alias(name)
                            for name, codes in zip(KEY_COLUMNS, keys.T, strict=True)]),
-        outputs=_named_outputs(outputs, result["shapes"]),
+        outputs=outputs,
+        output_keys=_named_outputs(output_keys, result["shapes"]),
         memory=table("memory", MEMORY_SCHEMA, ("allocator_name",)),
         allocations=table("allocations", ALLOCATION_SCHEMA, ("allocator_name",)),
         threads=table("threads", THREAD_SCHEMA, ("lane", "name")),
     )
 
 
-def _used_keys(nodes: pl.DataFrame, keys: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
-    """Only the keys some execution has (a step the decoder declined may have added some),
+def _used_keys(rows: pl.DataFrame, column: str, keys: np.ndarray
+               ) -> tuple[pl.DataFrame, np.ndarray]:
+    """Only the keys some row has (a step the decoder declined may have added some),
     numbered in order."""
-    key_id = nodes.get_column("key_id").to_numpy()
+    key_id = rows.get_column(column).to_numpy()
     used = np.bincount(key_id, minlength=len(keys)) > 0
     if used.all():
-        return nodes, keys
+        return rows, keys
     renumber = (np.cumsum(used) - 1).astype(np.uint32)
-    return nodes.with_columns(key_id=pl.Series(renumber[key_id])), keys[used]
+    return rows.with_columns(pl.Series(column, renumber[key_id])), keys[used]
 
 
 def _nanos_from_micros(nodes: pl.DataFrame) -> pl.DataFrame:
@@ -436,7 +450,9 @@ _DTYPE_TABLE = pl.Series([_DTYPE_NAMES.get(i, str(i)) for i in range(max(_DTYPE_
 
 
 def _named_outputs(outputs: pl.DataFrame, shapes: list[list[int]]) -> pl.DataFrame:
-    """dtype enum numbers -> names ("float", "int32"); shape codes -> dims from `shapes`."""
+    """dtype enum numbers -> names ("float", "int32"); shape codes -> dims from `shapes`.
+
+    Applied to the output keys: a few hundred rows whatever the run's size."""
     shape_table = pl.Series("shape", shapes, dtype=pl.List(pl.Int64))
     dtype = outputs.get_column("dtype")
     if dtype.is_between(0, len(_DTYPE_TABLE) - 1).all():
@@ -464,9 +480,14 @@ _MEMORY_ROW = ["exec_idx", "allocator_name", "total_bytes", "peak_bytes", "live_
 _ALLOC_ROW = ["exec_idx", "allocator_name", "alloc_us", "alloc_bytes"]
 
 
-# The walk's execution rows carry their strings; key_executions numbers them.
+# The walk's rows carry their keys' values (for outputs: dtype and shape as numbers);
+# split_keys numbers them.
 _WALKED_NODE_SCHEMA: Schema = {**{k: v for k, v in NODE_SCHEMA.items() if k != "key_id"},
                                **KEY_SCHEMA}
+_OUTPUT_KEY_CODES = ["dtype", "shape", "allocator_name"]
+_WALKED_OUTPUT_SCHEMA: Schema = {
+    **{k: v for k, v in OUTPUT_SCHEMA.items() if k != "out_key"},
+    "dtype": pl.Int32, "shape": pl.UInt32, "allocator_name": pl.String}
 
 
 def _rows_frame(rows: list[tuple], names: list[str], schema: Schema, step: int,
@@ -543,12 +564,13 @@ def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
     nodes, keys = split_keys(
         _rows_frame(node_rows, _NODE_ROW, _WALKED_NODE_SCHEMA, step, index=True),
         KEY_COLUMNS)
-    outputs = _rows_frame(out_rows, _OUTPUT_ROW, OUTPUT_SCHEMA, step,
-                          {"shape": pl.UInt32, "dtype": pl.Int32})
+    outputs, output_keys = split_keys(
+        _rows_frame(out_rows, _OUTPUT_ROW, _WALKED_OUTPUT_SCHEMA, step), _OUTPUT_KEY_CODES)
     return StepFrames(
         nodes=_nanos_from_micros(nodes.select(list(NODE_SCHEMA))),
         keys=keys,
-        outputs=_named_outputs(outputs, shapes),
+        outputs=outputs.rename({"key_id": "out_key"}).select(list(OUTPUT_SCHEMA)),
+        output_keys=_named_outputs(output_keys, shapes),
         memory=_rows_frame(mem_rows, _MEMORY_ROW, MEMORY_SCHEMA, step),
         allocations=_rows_frame(alloc_rows, _ALLOC_ROW, ALLOCATION_SCHEMA, step),
         threads=_rows_frame(thread_rows, ["lane", "thread_id", "name"], THREAD_SCHEMA, step),

@@ -163,7 +163,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     merged = ingest.concat_step_frames(steps, in_order=True)
     out = {
         "keys": merged.keys.select(worker, *ingest.KEY_COLUMNS),
-        "outputs": merged.outputs,
+        "output_keys": merged.output_keys.select(worker, *ingest.OUTPUT_KEY_COLUMNS),
         "memory": merged.memory,
         "allocations": merged.allocations,
         "threads": merged.threads,
@@ -172,8 +172,9 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
         "code": code,
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
-    # The executions are identified by key; the worker is a column of the keys.
+    # Executions and outputs are identified by key; the worker is a column of the keys.
     frames["executions"] = merged.nodes
+    frames["output_rows"] = merged.outputs
     return frames, warnings
 
 
@@ -207,6 +208,9 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
     return frames, warnings
 
 
+_KEYED = {"executions": ("key_id", "keys"), "output_rows": ("out_key", "output_keys")}
+
+
 def _merged(parts: list[dict[str, Any]], name: str) -> Any:
     """One frame over all run dirs: the part itself for one run dir (kept lazy), else a
     reader that concatenates the parts when first used."""
@@ -220,9 +224,10 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
 
     def concat() -> pl.DataFrame:
         frames = [read(p, name) for p in parts]
-        if name == "executions":  # each run dir numbers its keys from 0
-            offsets = np.cumsum([0] + [read(p, "keys").height for p in parts])
-            frames = [f.with_columns(pl.col("key_id") + int(offset))
+        if name in _KEYED:  # each run dir numbers its keys from 0
+            column, keys = _KEYED[name]
+            offsets = np.cumsum([0] + [read(p, keys).height for p in parts])
+            frames = [f.with_columns(pl.col(column) + int(offset))
                       for f, offset in zip(frames, offsets, strict=False)]
         merged = pl.concat(frames, how="vertical_relaxed")
         return merged.sort("worker", "name") if name == "node_stats" else merged

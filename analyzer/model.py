@@ -48,11 +48,12 @@ class Run:
     `derived` other frames computed from these (`derived_frame`), which the cache keeps.
     """
 
-    FRAMES = ("executions", "keys", "outputs", "memory", "allocations", "threads",
-              "graph_nodes", "op_log", "code")
+    FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
+              "threads", "graph_nodes", "op_log", "code")
     executions = _Frame()
     keys = _Frame()
-    outputs = _Frame()
+    output_rows = _Frame()
+    output_keys = _Frame()
     memory = _Frame()
     allocations = _Frame()
     threads = _Frame()
@@ -60,17 +61,13 @@ class Run:
     op_log = _Frame()
     code = _Frame()
 
-    def __init__(self, executions: FrameSource, keys: FrameSource, outputs: FrameSource,
-                 memory: FrameSource, allocations: FrameSource, threads: FrameSource,
-                 graph_nodes: FrameSource, op_log: FrameSource, code: FrameSource,
-                 paths: list[Path] | None = None, warnings: list[str] | None = None,
+    def __init__(self, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
+                 warnings: list[str] | None = None,
                  node_stats: dict[int, FrameSource] | None = None,
                  derived: dict[str, FrameSource] | None = None) -> None:
-        self._frames: dict[str, FrameSource] = {
-            "executions": executions, "keys": keys, "outputs": outputs, "memory": memory,
-            "allocations": allocations, "threads": threads, "graph_nodes": graph_nodes,
-            "op_log": op_log, "code": code}
+        self._frames: dict[str, FrameSource] = {name: frames[name] for name in self.FRAMES}
         self._nodes: pl.DataFrame | None = None
+        self._outputs: pl.DataFrame | None = None
         self.paths = paths or []
         self.warnings = warnings or []
         self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
@@ -82,6 +79,14 @@ class Run:
         if self._nodes is None:
             self._nodes = join_keys(self.executions, self.keys)
         return self._nodes
+
+    @property
+    def outputs(self) -> pl.DataFrame:
+        """One row per output of an execution (OUTPUT_COLUMNS), built once."""
+        if self._outputs is None:
+            self._outputs = join_keys(self.output_rows, self.output_keys, "out_key",
+                                      OUTPUT_COLUMNS)
+        return self._outputs
 
     def derived_frame(self, name: str, build: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
         """The frame `name` computed from this run by `build`, once (or read from the
@@ -97,20 +102,26 @@ class Run:
                     node_stats: dict[int, FrameSource] | None = None,
                     derived: dict[str, FrameSource] | None = None) -> Run:
         """A Run from a mapping with every name of FRAMES (others are ignored), or with
-        `nodes` (NODE_COLUMNS) in place of executions and keys."""
+        `nodes` (NODE_COLUMNS) in place of executions and keys, `outputs`
+        (OUTPUT_COLUMNS) in place of output_rows and output_keys."""
         f = dict(frames)
         if "executions" not in f:
             nodes = f["nodes"]
             f["executions"], f["keys"] = split_keys(nodes() if callable(nodes) else nodes)
-        return cls(f["executions"], f["keys"], f["outputs"], f["memory"], f["allocations"],
-                   f["threads"], f["graph_nodes"], f["op_log"], f["code"], paths=paths,
-                   warnings=warnings, node_stats=node_stats, derived=derived)
+        if "output_rows" not in f:
+            outputs = f["outputs"]
+            rows, f["output_keys"] = split_keys(outputs() if callable(outputs) else outputs,
+                                                OUTPUT_KEY_COLUMNS)
+            f["output_rows"] = rows.rename({"key_id": "out_key"})
+        return cls(f, paths=paths, warnings=warnings, node_stats=node_stats,
+                   derived=derived)
 
     def replace(self, **frames: FrameSource) -> Run:
-        """A copy with some frames replaced, `nodes` (whole) among them (per-node numbers
-        and derived frames are recomputed)."""
-        base = {k: v for k, v in self._frames.items()
-                if not ("nodes" in frames and k in ("executions", "keys"))}
+        """A copy with some frames replaced, `nodes` or `outputs` (whole) among them
+        (per-node numbers and derived frames are recomputed)."""
+        parts = {"nodes": ("executions", "keys"), "outputs": ("output_rows", "output_keys")}
+        replaced = {p for name, pair in parts.items() if name in frames for p in pair}
+        base = {k: v for k, v in self._frames.items() if k not in replaced}
         return Run.from_frames({**base, **frames}, self.paths, self.warnings)
 
     @property
@@ -216,19 +227,28 @@ KEY_COLUMNS = ["worker", "lane", "stat_name", "timeline_label", "node_name", "de
                "lane_kind", "op_type", "op_type_source"]
 
 
-def join_keys(executions: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
-    """Executions with their key's columns: gathered by number from the small key table
-    (hashing a million strings, or joining on them, costs several times more)."""
-    per_row = keys.select(pl.col(KEY_COLUMNS).gather(executions.get_column("key_id")))
-    return executions.hstack(per_row).select(NODE_COLUMNS)
+# The outputs frame as a Run shows it.
+OUTPUT_COLUMNS = ["step", "exec_idx", "slot", "dtype", "shape", "requested_bytes",
+                  "allocated_bytes", "allocation_id", "allocator_name", "ptr", "worker"]
+OUTPUT_KEY_COLUMNS = ["worker", "dtype", "shape", "allocator_name"]
 
 
-def split_keys(nodes: pl.DataFrame, key_columns: list[str] = KEY_COLUMNS
+def join_keys(rows: pl.DataFrame, keys: pl.DataFrame, key: str = "key_id",
+              columns: list[str] = NODE_COLUMNS) -> pl.DataFrame:
+    """Rows with their key's columns, in the order `columns`: gathered by number from the
+    small key table (hashing a million strings, or joining on them, costs several times
+    more)."""
+    per_row = keys.select(pl.all().gather(rows.get_column(key)))
+    return rows.hstack(per_row).select(columns)
+
+
+def split_keys(rows: pl.DataFrame, key_columns: list[str] = KEY_COLUMNS
                ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The inverse of join_keys: (executions with key_id, the distinct `key_columns`)."""
-    coded = nodes.select(pl.col(key_columns).cast(pl.Categorical))
+    """The inverse of join_keys: (rows with key_id, the distinct `key_columns`)."""
+    text = [c for c in key_columns if rows.schema[c] == pl.String]
+    coded = rows.select(key_columns).with_columns(pl.col(text).cast(pl.Categorical))
     keys = coded.unique(maintain_order=True).with_row_index("key_id")
     key_id = coded.join(keys, on=key_columns, how="left", nulls_equal=True,
                         maintain_order="left").get_column("key_id")
-    return (nodes.drop(key_columns).with_columns(key_id=key_id),
-            keys.drop("key_id").with_columns(pl.col(key_columns).cast(pl.String)))
+    return (rows.drop(key_columns).with_columns(key_id=key_id),
+            keys.drop("key_id").with_columns(pl.col(text).cast(pl.String)))
