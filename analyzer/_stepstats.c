@@ -57,7 +57,7 @@ enum { ERR_OK = 0, ERR_BAIL = -1, ERR_NOMEM = -2 };
 
 /* The order of each table's columns is the order of the names in COLUMNS below. */
 enum {
-    N_STEP, N_EXEC, N_LANE, N_NAME, N_LABEL, N_ALL_START_US, N_OP_START_US, N_OP_END_US,
+    N_STEP, N_EXEC, N_ALL_START_US, N_OP_START_US, N_OP_END_US,
     N_ALL_END_US, N_SCHED_US, N_START_NS, N_OP_START_NS, N_OP_END_NS, N_ALL_END_NS,
     N_SCHED_NS, N_THREAD, N_MEM_TOTAL, N_MEM_PEAK, N_MEM_LIVE, N_INUSE, N_TEMP, N_PERSIST,
     N_OUT_BYTES, N_KEY, N_COLS
@@ -73,8 +73,7 @@ typedef struct {
 } ColSpec;
 
 static const ColSpec NODE_COLS[N_COLS] = {
-    {"step", "i8"}, {"exec_idx", "u4"}, {"lane", "u4"}, {"node_name", "u4"},
-    {"timeline_label", "u4"}, {"all_start_us", "i8"}, {"op_start_rel_us", "i8"},
+    {"step", "i8"}, {"exec_idx", "u4"}, {"all_start_us", "i8"}, {"op_start_rel_us", "i8"},
     {"op_end_rel_us", "i8"}, {"all_end_rel_us", "i8"}, {"scheduled_us", "i8"},
     {"start_ns", "i8"}, {"op_start_rel_ns", "i8"}, {"op_end_rel_ns", "i8"},
     {"all_end_rel_ns", "i8"}, {"scheduled_ns", "i8"}, {"thread_id", "u4"},
@@ -283,6 +282,7 @@ typedef struct {
     Interner strings, shapes;
     Interner keys; /* (lane, node_name, timeline_label) string codes: 3 x uint32 each */
     Interner out_keys; /* outputs' (dtype, shape code, allocator_name code): 3 x uint32 */
+    Buf device_nodes;  /* the current device's nodes: (node_name, timeline_label) codes */
     int64_t step;
     uint32_t exec_idx; /* within the current step */
     int busy;          /* add() is running in another thread */
@@ -534,9 +534,9 @@ static int parse_node(Decoder *d, Reader r) {
     }
     PUT(d->nodes[N_STEP], int64_t, d->step);
     PUT(d->nodes[N_EXEC], uint32_t, d->exec_idx);
-    PUT(d->nodes[N_LANE], uint32_t, 0); /* filled by parse_device */
-    PUT(d->nodes[N_NAME], uint32_t, name < 0 ? empty : name);
-    PUT(d->nodes[N_LABEL], uint32_t, label < 0 ? empty : label);
+    uint32_t strings[2] = {(uint32_t)(name < 0 ? empty : name),
+                           (uint32_t)(label < 0 ? empty : label)};
+    if (buf_put(&d->device_nodes, strings, sizeof strings)) return ERR_NOMEM;
     for (int c = N_ALL_START_US; c <= N_SCHED_NS; c++) PUT(d->nodes[c], int64_t, v[c]);
     PUT(d->nodes[N_THREAD], uint32_t, v[N_THREAD]);
     PUT(d->nodes[N_MEM_TOTAL], int64_t, sums.total);
@@ -555,6 +555,7 @@ static int parse_device(Decoder *d, Reader r) {
     int64_t lane = -1;
     size_t first_node = d->nodes[N_STEP].len / sizeof(int64_t);
     size_t first_thread = d->threads[T_STEP].len / sizeof(int64_t);
+    d->device_nodes.len = 0;
     Field f, g;
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
@@ -602,21 +603,19 @@ static int parse_device(Decoder *d, Reader r) {
         lane = intern(&d->strings, (const uint8_t *)"", 0, NULL);
         if (lane < 0) return (int)lane;
     }
-    uint32_t *lanes = (uint32_t *)d->nodes[N_LANE].data;
-    const uint32_t *names = (const uint32_t *)d->nodes[N_NAME].data;
-    const uint32_t *labels = (const uint32_t *)d->nodes[N_LABEL].data;
+    const uint32_t *strings = (const uint32_t *)d->device_nodes.data;
     uint32_t *keys = (uint32_t *)d->nodes[N_KEY].data;
     size_t n = d->nodes[N_STEP].len / sizeof(int64_t);
     for (size_t i = first_node; i < n; i++) {
         /* The executions' key: the strings that repeat every step, numbered once here so
          * that ingest never hashes them again (model.py derives everything per key). */
-        uint32_t triple[3] = {(uint32_t)lane, names[i], labels[i]};
+        const uint32_t *name_label = strings + 2 * (i - first_node);
+        uint32_t triple[3] = {(uint32_t)lane, name_label[0], name_label[1]};
         int64_t key = intern(&d->keys, (const uint8_t *)triple, sizeof triple, NULL);
         if (key < 0) return (int)key;
-        lanes[i] = (uint32_t)lane;
         keys[i] = (uint32_t)key;
     }
-    lanes = (uint32_t *)d->threads[T_LANE].data;
+    uint32_t *lanes = (uint32_t *)d->threads[T_LANE].data;
     n = d->threads[T_STEP].len / sizeof(int64_t);
     for (size_t i = first_thread; i < n; i++) lanes[i] = (uint32_t)lane;
     return 0;
@@ -648,6 +647,7 @@ static void decoder_dealloc(Decoder *d) {
     interner_free(&d->shapes);
     interner_free(&d->keys);
     interner_free(&d->out_keys);
+    free(d->device_nodes.data);
     Py_TYPE(d)->tp_free((PyObject *)d);
 }
 
