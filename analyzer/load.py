@@ -133,9 +133,10 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
                   ) -> tuple[dict[str, pl.DataFrame], list[str]]:
     warnings: list[str] = []
     steps: list[ingest.StepFrames] = []
-    graphs: dict[bytes, bytes] = {}
-    # graph.pb and op_log.pb (a Python walk) are read beside the step files, whose
-    # decoding leaves the main thread idle.
+    seen: set[bytes] = set()
+    partition_reads: list[Future] = []
+    # graph.pb, op_log.pb and the distinct partition graphs (Python walks) are read beside
+    # the step files, whose decoding leaves the main thread idle.
     with ThreadPoolExecutor(max_workers=1) as side:
         graph_read = side.submit(_read_graph, run)
         op_log_read = side.submit(_read_op_log, run)
@@ -143,20 +144,22 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
             warnings.extend(batch.errors)
             if batch.frames is not None:
                 steps.append(batch.frames)
-            for digest, g in batch.graphs.items():
-                graphs.setdefault(digest, g)
+            new = [g for digest, g in batch.graphs.items() if digest not in seen]
+            seen.update(batch.graphs)
+            if new:
+                partition_reads.append(side.submit(
+                    ingest.ingest_graph_defs, new, f"{run.path}/steps (partition graphs)",
+                    "partition"))
         graph, graph_warning = graph_read.result()
         (op_log, code), op_log_warning = op_log_read.result()
+        partition_graphs = [f.result() for f in partition_reads]
     if not steps:
         raise RunDirError(
             f"{run.path}: no readable step file ({len(warnings)} skipped; first: "
             f"{warnings[0] if warnings else 'none'})"
         )
     warnings += [w for w in (graph_warning, op_log_warning) if w]
-    graph_frames = [graph] if graph is not None else []
-    if graphs:
-        graph_frames.append(ingest.ingest_graph_defs(
-            graphs.values(), f"{run.path}/steps (partition graphs)", "partition"))
+    graph_frames = ([graph] if graph is not None else []) + partition_graphs
     graph_nodes = _concat(graph_frames, ingest.GRAPH_NODE_SCHEMA).unique(
         subset=["name", "source", "device"], keep="first", maintain_order=True)
     worker = pl.lit(run.worker).alias("worker")

@@ -20,8 +20,13 @@ What it does, in one run:
    tests/tfprof_oracle.py does), add_step per step, then profile_operations,
    profile_name_scope, profile_graph and profile_python with ProfileOptionBuilder's
    defaults (the same defaults as ViewOptions()) and .with_empty_output().
-4. Prints a Markdown table (node stats, seconds, node stats/s, ratio vs tfprof, peak RSS)
-   and the machine.
+4. Does 2 and 3 in --rounds rounds (default 3), one after the other: each round measures
+   every runlens path once, then tfprof once, and its ratios compare runlens with the
+   tfprof of the same round. The speed of a shared machine drifts over minutes, so a
+   tfprof measured once, a minute away from runlens, moved the ratios by +-25%.
+5. Prints a Markdown table (node stats, seconds and node stats/s: medians over rounds;
+   ratio vs tfprof: the median of the rounds' ratios, with their range; peak RSS) and the
+   machine.
 
 Rates are node stats per second. Engine: node stats / (ingest + views). tfprof: node stats
 in its subset / (add_step + views); reading and parsing the step files for tfprof is timed
@@ -34,7 +39,7 @@ the whole process tree's summed RSS, sampled every 50 ms by this script.
 cache is warm for both runlens and tfprof.
 
 usage: python benchmarks/engine.py [--node-stats 1000000] [--fixture rnn_while]
-           [--tfprof-steps 1000] [--jobs N] [--keep] [--out DIR] [--seed 0]
+           [--tfprof-steps 500] [--rounds 3] [--jobs N] [--keep] [--out DIR] [--seed 0]
        python benchmarks/engine.py --node-stats 200000 --profile --no-tfprof [--jobs 1]
            (cProfile of the cold and warm paths; top cumulative hot spots in analyzer/;
            --jobs 1 keeps the step ingest in the profiled process)
@@ -480,14 +485,43 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_tfprof(out: Path, steps: int) -> dict[str, Any] | None:
+    """One tfprof measurement (a child process), printed; None if it failed to give one."""
+    r = run_child(["--_child", "tfprof", "--_run", str(out), "--tfprof-steps", str(steps)])
+    views = r.get("views", {})
+    errors = {k: v for k, v in views.items() if k.endswith("_error")}
+    if r["returncode"] != 0:
+        print(f"tfprof child exited with {r['returncode']} after "
+              f"{sorted(views)}: {r.get('stderr_tail')}")
+    print(f"tfprof: {r.get('steps')} steps, {r.get('node_stats', 0):,} node stats; "
+          f"construction {r.get('construct_seconds', 0):.2f} s (not counted), "
+          f"parse {r.get('parse_seconds', 0):.2f} s (not counted), add_step "
+          f"{r.get('add_step_seconds', 0):.2f} s, views "
+          + ", ".join(f"{k} {v:.2f}" for k, v in views.items() if not k.endswith("_error")))
+    if r.get("steps"):
+        print(f"tfprof add_step: {r['add_step_ms_first_tenth']:.1f} ms per step over "
+              f"the first tenth of its steps, {r['add_step_ms_last_tenth']:.1f} ms "
+              f"over the last tenth")
+    for k, v in errors.items():
+        print(f"tfprof {k[:-6]} view skipped: {v}")
+    if "code" not in views:
+        print("tfprof code view (profile_python) did not complete; it is not in tfprof's time")
+    if not r.get("node_stats") or "views_seconds" not in r:
+        return None
+    r["rate"] = r["node_stats"] / (r["add_step_seconds"] + r["views_seconds"])
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--node-stats", type=int, default=1_000_000,
                     help="target number of node stats in the built run (default 1,000,000)")
     ap.add_argument("--fixture", default="rnn_while", help="fixtures/runs/<name> to copy")
-    ap.add_argument("--tfprof-steps", type=int, default=1000,
-                    help="tfprof runs on the first N steps of the run (default 1000: about "
-                         "780k node stats and 60 s of add_step with rnn_while); 0 = all")
+    ap.add_argument("--tfprof-steps", type=int, default=500,
+                    help="tfprof runs on the first N steps of the run in each round (default "
+                         "500: about 390k node stats and 25 s of add_step with rnn_while; its "
+                         "rate falls as steps accumulate, so fewer steps favour tfprof); "
+                         "0 = all")
     ap.add_argument("--jobs", type=int, default=None,
                     help="load_run(jobs=...) (default: os.cpu_count())")
     ap.add_argument("--keep", action="store_true", help="keep the built run dir")
@@ -499,9 +533,10 @@ def main() -> int:
                     help="also cProfile the engine's cold and warm paths (load_run + views), "
                          "each in a child")
     ap.add_argument("--profile-top", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="measure each runlens path this many times, each in a fresh process, "
-                         "and report the median (default 3; tfprof runs once)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of measurement: each runs every runlens path once (a fresh "
+                         "process each) and then tfprof; medians over rounds are reported "
+                         "(default 3)")
     ap.add_argument("--json", type=Path, default=None, help="also write all results here")
     ap.add_argument("--_child", choices=["cold", "no-cache", "warm", "tfprof", "profile-cold",
                                          "profile-warm"],
@@ -549,9 +584,12 @@ def main() -> int:
               f"in {built['build_seconds']:.1f} s")
         jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
 
-        for mode in ("no-cache", "cold", "warm"):
-            runs = []
-            for _ in range(max(1, args.repeat)):
+        modes = ("no-cache", "cold", "warm")
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+        tfprof_runs: list[dict[str, Any]] = []
+        for round_no in range(1, max(1, args.rounds) + 1):
+            print(f"round {round_no}:")
+            for mode in modes:
                 r = run_child(["--_child", mode, "--_run", str(out), *jobs_args])
                 if r["returncode"] != 0:
                     print(f"engine {mode} failed: {r.get('stderr_tail')}")
@@ -564,40 +602,30 @@ def main() -> int:
                       + f" (imports {r['import_seconds']:.2f} s, not counted)")
                 r["seconds"] = (r["ingest_seconds"] + r["views_seconds"]
                                 + r.get("cache_wait_seconds", 0))
-                runs.append(r)
-            runs.sort(key=lambda r: r["seconds"])
-            results[mode] = runs[len(runs) // 2]  # the median run
-            results[mode]["all_seconds"] = [r["seconds"] for r in runs]
+                runs[mode].append(r)
+            if not args.no_tfprof:
+                r = run_tfprof(out, args.tfprof_steps)
+                if r is None:
+                    return 1
+                tfprof_runs.append(r)
+        for mode in modes:
+            by_time = sorted(runs[mode], key=lambda r: r["seconds"])
+            results[mode] = dict(by_time[len(by_time) // 2])  # the median run
+            results[mode]["all_seconds"] = [r["seconds"] for r in by_time]
+            if tfprof_runs:  # each round's rate against that round's tfprof
+                n_runlens = built["node_stats"]
+                results[mode]["ratios"] = sorted(
+                    (n_runlens / r["seconds"]) / t["rate"]
+                    for r, t in zip(runs[mode], tfprof_runs, strict=True))
         if not results["cold"].get("native_decoder"):
             print("WARNING: the C decoder is not built here (pip install -e '.[dev]' builds "
                   "it in the tree); ingest used the protobuf walk")
         if not results["warm"].get("cache_present_before"):
             print("WARNING: the warm run found no cache; its figures are not warm")
-
-        if not args.no_tfprof:
-            r = run_child(["--_child", "tfprof", "--_run", str(out), "--tfprof-steps",
-                           str(args.tfprof_steps)])
-            results["tfprof"] = r
-            views = r.get("views", {})
-            errors = {k: v for k, v in views.items() if k.endswith("_error")}
-            if r["returncode"] != 0:
-                print(f"tfprof child exited with {r['returncode']} after "
-                      f"{sorted(views)}: {r.get('stderr_tail')}")
-            print(f"tfprof: {r.get('steps')} steps, {r.get('node_stats', 0):,} node stats; "
-                  f"construction {r.get('construct_seconds', 0):.2f} s (not counted), "
-                  f"parse {r.get('parse_seconds', 0):.2f} s (not counted), add_step "
-                  f"{r.get('add_step_seconds', 0):.2f} s, views "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in views.items()
-                              if not k.endswith("_error")))
-            if r.get("steps"):
-                print(f"tfprof add_step: {r['add_step_ms_first_tenth']:.1f} ms per step over "
-                      f"the first tenth of its steps, {r['add_step_ms_last_tenth']:.1f} ms "
-                      f"over the last tenth")
-            for k, v in errors.items():
-                print(f"tfprof {k[:-6]} view skipped: {v}")
-            if "code" not in views:
-                print("tfprof code view (profile_python) did not complete; "
-                      "it is not in tfprof's time")
+        if tfprof_runs:
+            by_rate = sorted(tfprof_runs, key=lambda t: t["rate"])
+            results["tfprof"] = dict(by_rate[len(by_rate) // 2])
+            results["tfprof"]["all_rates"] = [t["rate"] for t in by_rate]
 
         if args.profile:
             for mode in ("cold", "warm"):
@@ -616,19 +644,13 @@ def main() -> int:
 
         rows = []
         n = built["node_stats"]
-        tf_rate: float | None = None
-        tf_add_rate: float | None = None
         t = results.get("tfprof")
-        if t and t.get("node_stats") and "views_seconds" in t:
-            tf_sec = t["add_step_seconds"] + t["views_seconds"]
-            tf_rate = t["node_stats"] / tf_sec
-            tf_add_rate = t["node_stats"] / t["add_step_seconds"]
 
-        def ratio(rate: float) -> str:
-            if not tf_rate:
-                return "n/a"
-            x = rate / tf_rate
-            return f"{x:,.1f}x" if x < 10 else f"{x:,.0f}x"
+        def ratios(values: list[float]) -> str:
+            def x(v: float) -> str:
+                return f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
+            mid = x(values[len(values) // 2])
+            return mid if len(values) == 1 else f"{mid} ({x(values[0])}-{x(values[-1])})"
 
         for mode in ("no-cache", "cold", "warm"):
             r = results[mode]
@@ -641,24 +663,29 @@ def main() -> int:
                                  f"{r['ingest_seconds']:.3f} s + views "
                                  f"{r['views_seconds']:.3f} s + cache wait "
                                  f"{r.get('cache_wait_seconds', 0):.3f} s{median})",
-                         "nodes": n, "seconds": sec, "rate": n / sec, "ratio": ratio(n / sec),
+                         "nodes": n, "seconds": sec, "rate": n / sec,
+                         "ratio": ratios(r["ratios"]) if "ratios" in r else "n/a",
                          "self": r.get("self_peak_rss_kib"),
                          "workers": r.get("workers_peak_rss_kib"),
                          "tree": r.get("tree_peak_rss_kib"),
                          "other": r.get("other_cpu_seconds")})
-        if tf_rate and tf_add_rate and t is not None:
+        if t is not None:
             n_views = len([k for k in t["views"] if not k.endswith("_error")])
-            rows.append({"name": f"tfprof: add_step + {n_views} views ({t['steps']} steps)",
+            rates = t["all_rates"]
+            spread = (f"; median of {len(rates)}: {rates[0]:,.0f}-{rates[-1]:,.0f} node stats/s"
+                      if len(rates) > 1 else "")
+            rows.append({"name": f"tfprof: add_step + {n_views} views ({t['steps']} steps"
+                                 f"{spread})",
                          "nodes": t["node_stats"],
                          "seconds": t["add_step_seconds"] + t["views_seconds"],
-                         "rate": tf_rate, "ratio": ratio(tf_rate),
+                         "rate": t["rate"], "ratio": "1.0x",
                          "self": t.get("self_peak_rss_kib"), "workers": None,
                          "tree": t.get("tree_peak_rss_kib"),
                          "other": t.get("other_cpu_seconds")})
             rows.append({"name": "tfprof: add_step only", "nodes": t["node_stats"],
-                         "seconds": t["add_step_seconds"], "rate": tf_add_rate,
-                         "ratio": ratio(tf_add_rate), "self": None, "workers": None,
-                         "tree": None})
+                         "seconds": t["add_step_seconds"],
+                         "rate": t["node_stats"] / t["add_step_seconds"],
+                         "ratio": "", "self": None, "workers": None, "tree": None})
         print()
         print(table(rows))
         results["table"] = rows
