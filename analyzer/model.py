@@ -80,6 +80,12 @@ class Run:
             self._nodes = join_keys(self.executions, self.keys)
         return self._nodes
 
+    def nodes_lazy(self) -> pl.LazyFrame:
+        """`nodes` as a LazyFrame: a query that selects a few columns builds only those."""
+        if self._nodes is not None:
+            return self._nodes.lazy()
+        return keyed_rows(self.executions, self.keys)
+
     @property
     def outputs(self) -> pl.DataFrame:
         """One row per output of an execution (OUTPUT_COLUMNS), built once."""
@@ -233,13 +239,20 @@ OUTPUT_COLUMNS = ["step", "exec_idx", "slot", "dtype", "shape", "requested_bytes
 OUTPUT_KEY_COLUMNS = ["worker", "dtype", "shape", "allocator_name"]
 
 
+def keyed_rows(rows: pl.DataFrame, keys: pl.DataFrame, key: str = "key_id",
+               columns: list[str] = NODE_COLUMNS) -> pl.LazyFrame:
+    """Rows with their key's columns, in the order `columns`, lazily: each column is
+    gathered by number from the small key table (hashing a million strings, or joining on
+    them, costs several times more), and only the columns a query uses are built."""
+    return rows.lazy().with_columns(
+        pl.lit(keys.get_column(c)).gather(pl.col(key)).alias(c) for c in keys.columns
+    ).select(columns)
+
+
 def join_keys(rows: pl.DataFrame, keys: pl.DataFrame, key: str = "key_id",
               columns: list[str] = NODE_COLUMNS) -> pl.DataFrame:
-    """Rows with their key's columns, in the order `columns`: gathered by number from the
-    small key table (hashing a million strings, or joining on them, costs several times
-    more)."""
-    per_row = keys.select(pl.all().gather(rows.get_column(key)))
-    return rows.hstack(per_row).select(columns)
+    """keyed_rows, built."""
+    return keyed_rows(rows, keys, key, columns).collect()
 
 
 def split_keys(rows: pl.DataFrame, key_columns: list[str] = KEY_COLUMNS

@@ -273,7 +273,7 @@ _COLUMNS = [*_CODE, "step", "exec_idx", "node_name", "op_type", "device", "lane_
 
 
 def _executions(run: Run, steps: list[int] | None) -> _Executions:
-    lazy = run.nodes.lazy().select(_COLUMNS)
+    lazy = run.nodes_lazy().select(_COLUMNS)
     if steps is not None:
         lazy = lazy.filter(pl.col("step").is_in(steps))
     n = lazy.collect()
