@@ -215,7 +215,11 @@ typedef struct {
     const uint8_t *p, *end;
 } Reader;
 
-static int read_varint(Reader *r, uint64_t *out) {
+static inline int read_varint(Reader *r, uint64_t *out) {
+    if (r->p < r->end && *r->p < 0x80) { /* one byte: most keys, lengths and values */
+        *out = *r->p++;
+        return 0;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
         if (r->p >= r->end) return ERR_BAIL;
@@ -237,7 +241,7 @@ typedef struct {
     Reader sub;           /* wire type 2 */
 } Field;
 
-static int next_field(Reader *r, Field *f) {
+static inline int next_field(Reader *r, Field *f) {
     uint64_t key;
     if (read_varint(r, &key)) return ERR_BAIL;
     f->number = (uint32_t)(key >> 3);
@@ -297,12 +301,12 @@ static int64_t intern_string(Decoder *d, const Reader *s) {
 /* A TensorShapeProto is valid for us when its dims parse (sizes are read at finish). */
 static int shape_ok(const uint8_t *p, size_t n) {
     Reader r = {p, p + n};
-    Field f;
+    Field f = {0};
     while (r.p < r.end) {
         if (next_field(&r, &f)) return 1;
         if (f.number == 2) { /* dim */
             if (f.wire != 2) return 1;
-            Field g;
+            Field g = {0};
             while (f.sub.p < f.sub.end) {
                 if (next_field(&f.sub, &g)) return 1;
                 if (g.number == 1 && g.wire != 0) return 1;
@@ -324,7 +328,7 @@ typedef struct {
 } AllocDesc;
 
 static int parse_alloc_desc(Decoder *d, Reader r, AllocDesc *a) {
-    Field f;
+    Field f = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         switch (f.number) {
@@ -351,7 +355,7 @@ static int parse_output(Decoder *d, Reader r, int64_t *out_bytes) {
     int64_t shape = -1;
     int seen_td = 0, seen_shape = 0;
     AllocDesc a = {0, 0, 0, 0, -1, 0, 0};
-    Field f, g;
+    Field f = {0}, g = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         if (f.number == 1) {
@@ -410,7 +414,7 @@ typedef struct {
 static int parse_memory(Decoder *d, Reader r, MemSums *sums) {
     int64_t total = 0, peak = 0, live = 0, inuse = 0, allocator = -1;
     size_t first_record = d->allocs[A_STEP].len / sizeof(int64_t);
-    Field f, g;
+    Field f = {0}, g = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         switch (f.number) {
@@ -469,7 +473,7 @@ static int parse_node(Decoder *d, Reader r) {
     int seen_ms = 0;
     MemSums sums = {0, 0, 0, 0};
     int64_t out_bytes = 0;
-    Field f, g;
+    Field f = {0}, g = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         switch (f.number) {
@@ -556,7 +560,7 @@ static int parse_device(Decoder *d, Reader r) {
     size_t first_node = d->nodes[N_STEP].len / sizeof(int64_t);
     size_t first_thread = d->threads[T_STEP].len / sizeof(int64_t);
     d->device_nodes.len = 0;
-    Field f, g;
+    Field f = {0}, g = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         if (f.number == 1) {
@@ -622,7 +626,7 @@ static int parse_device(Decoder *d, Reader r) {
 }
 
 static int parse_step_stats(Decoder *d, Reader r, long *devices) {
-    Field f;
+    Field f = {0};
     while (r.p < r.end) {
         CHECK(next_field(&r, &f));
         if (f.number == 1) {
@@ -773,7 +777,7 @@ static PyObject *shape_dims(const uint8_t *p, size_t n) {
     PyObject *dims = PyList_New(0);
     if (!dims) return NULL;
     Reader r = {p, p + n};
-    Field f, g;
+    Field f = {0}, g = {0};
     while (r.p < r.end) {
         next_field(&r, &f); /* validated by shape_ok when interned */
         if (f.number != 2) continue;
