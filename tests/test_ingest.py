@@ -266,3 +266,26 @@ def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
         assert frame.height > 0
         assert_frame_equal(threads[name], frame)
         assert_frame_equal(processes[name], frame)
+
+
+def test_a_run_built_from_whole_frames_equals_the_loaded_one():
+    """Executions and outputs are kept by key; a Run given the whole frames (as replace()
+    is) splits them again, and shows the same frames and per-node numbers."""
+    from polars.testing import assert_frame_equal
+
+    from analyzer.model import Run
+    from analyzer.nodestats import node_stats
+
+    run = load_run(FIXTURES / "cnn", use_cache=False)
+    assert run.outputs.height > 0
+    frames = {name: getattr(run, name) for name in Run.FRAMES}
+    whole = {k: v for k, v in frames.items()
+             if k not in ("executions", "keys", "output_rows", "output_keys")}
+    rebuilt = Run.from_frames({**whole, "nodes": run.nodes, "outputs": run.outputs})
+    assert rebuilt.keys.height < rebuilt.nodes.height  # split again by key
+    assert_frame_equal(rebuilt.nodes, run.nodes)
+    assert_frame_equal(rebuilt.outputs, run.outputs)
+    assert_frame_equal(node_stats(rebuilt), node_stats(run))
+    filtered = run.replace(outputs=run.outputs.filter(pl.col("slot") == 0))
+    assert filtered.outputs.height < run.outputs.height
+    assert_frame_equal(filtered.nodes, run.nodes)
