@@ -57,10 +57,10 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         .join(firsts, on="key_id", how="left")
     )
     on_device = pl.col("lane_kind") == "device"
+    ran_on_device = on_device & pl.col("first_counted").is_not_null()
     per_node = per_key.group_by("node_id").agg(
-        canonical=pl.col("device").filter(on_device & pl.col("first_counted").is_not_null())
-        .sort_by(pl.col("first_counted").filter(
-            on_device & pl.col("first_counted").is_not_null())).first(),
+        canonical=pl.col("device").filter(ran_on_device)
+        .sort_by(pl.col("first_counted").filter(ran_on_device)).first(),
         exec_op=pl.col("op_type").sort_by("first_row").first(),
     )
     per_key = per_key.join(per_node, on="node_id", how="left").sort("key_id")
