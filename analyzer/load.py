@@ -39,9 +39,16 @@ def _manifest_sizes(run: RunDir) -> dict[int, int]:
     return sizes
 
 
+BATCH_FILES = 512  # at most, per batch
+
+
 def _batches(items: list[ingest.StepItem], jobs: int) -> list[list[ingest.StepItem]]:
-    """Contiguous batches: a few per worker (for progress and balance), at most 64 files."""
-    size = max(1, min(64, -(-len(items) // (jobs * 4))))
+    """Contiguous batches, as few as gives every worker the same number (each batch costs
+    its own frames, and the run's columns one chunk more: 1M node stats ingested in 20
+    batches took ~15% longer than in 4), of at most BATCH_FILES files."""
+    count = -(-len(items) // BATCH_FILES)
+    count = max(jobs, -(-count // jobs) * jobs)
+    size = max(1, -(-len(items) // count))
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
