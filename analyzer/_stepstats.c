@@ -806,6 +806,12 @@ static PyObject *interned_list(Interner *t, PyObject *(*convert)(const uint8_t *
     return out;
 }
 
+/* The interned values' bytes back to back, in code order (fixed-size keys: a table). */
+static PyObject *interned_bytes(Interner *t) {
+    return PyBytes_FromStringAndSize(t->arena.data ? t->arena.data : "",
+                                     (Py_ssize_t)t->arena.len);
+}
+
 static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
     if (d->busy) {
         PyErr_SetString(PyExc_RuntimeError, "Decoder.finish() during add()");
@@ -820,11 +826,8 @@ static PyObject *decoder_finish(Decoder *d, PyObject *Py_UNUSED(ignored)) {
         "threads", table_dict(d->threads, THREAD_COLS, T_COLS),
         "strings", interned_list(&d->strings, utf8_string),
         "shapes", interned_list(&d->shapes, shape_dims),
-        "keys", PyBytes_FromStringAndSize(d->keys.arena.data ? d->keys.arena.data : "",
-                                          (Py_ssize_t)d->keys.arena.len),
-        "output_keys", PyBytes_FromStringAndSize(
-            d->out_keys.arena.data ? d->out_keys.arena.data : "",
-            (Py_ssize_t)d->out_keys.arena.len));
+        "keys", interned_bytes(&d->keys),
+        "output_keys", interned_bytes(&d->out_keys));
 }
 
 static PyMethodDef decoder_methods[] = {

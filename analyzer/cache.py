@@ -108,7 +108,8 @@ def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                     except BaseException:
                         shutil.rmtree(tmp, ignore_errors=True)
                         return None
-                # The others snappy: the fastest to write at about lz4's size.
+                # Frames but UNCOMPRESSED ones: snappy, the fastest to write at about
+                # lz4's size.
                 frame.write_parquet(tmp / f"{name}.parquet", statistics=False,
                                     compression="uncompressed" if name in UNCOMPRESSED
                                     else "snappy")

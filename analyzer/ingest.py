@@ -55,7 +55,6 @@ _DTYPE_NAMES = {v.number: v.name.removeprefix("DT_").lower()
 # execution (its lane, node name and timeline label) repeat every step, so they are kept
 # once per distinct key; model.py derives device, op type etc. per key, not per row.
 KEY_SCHEMA: Schema = {"lane": pl.String, "node_name": pl.String, "timeline_label": pl.String}
-KEY_COLUMNS = list(KEY_SCHEMA)
 NODE_SCHEMA: Schema = {
     "step": pl.Int64,
     "exec_idx": pl.UInt32,
@@ -82,7 +81,6 @@ NODE_SCHEMA: Schema = {
 # Outputs likewise: numbers, and the number of their (dtype, shape, allocator) key.
 OUTPUT_KEY_SCHEMA: Schema = {"dtype": pl.String, "shape": pl.List(pl.Int64),
                              "allocator_name": pl.String}
-OUTPUT_KEY_COLUMNS = list(OUTPUT_KEY_SCHEMA)
 OUTPUT_SCHEMA: Schema = {
     "step": pl.Int64,
     "exec_idx": pl.UInt32,
@@ -358,15 +356,9 @@ def concat_step_frames(parts: list[StepFrames], in_order: bool = False) -> StepF
         order = ["step", "exec_idx"] if "exec_idx" in frame.columns else ["step"]
         return frame.sort(order, maintain_order=True)
 
-    def renumbered(frames: list[pl.DataFrame], tables: list[pl.DataFrame], column: str
-                   ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-        merged, maps = merge_keys(tables)
-        return [f.with_columns(m.gather(f.get_column(column)).alias(column))
-                for f, m in zip(frames, maps, strict=True)], merged
-
-    nodes, keys = renumbered([p.nodes for p in parts], [p.keys for p in parts], "key_id")
-    outputs, output_keys = renumbered([p.outputs for p in parts],
-                                      [p.output_keys for p in parts], "out_key")
+    nodes, keys = _merge_keyed([p.nodes for p in parts], [p.keys for p in parts], "key_id")
+    outputs, output_keys = _merge_keyed([p.outputs for p in parts],
+                                        [p.output_keys for p in parts], "out_key")
     return StepFrames(nodes=cat(nodes), keys=keys, outputs=cat(outputs),
                       output_keys=output_keys,
                       memory=cat([p.memory for p in parts]),
@@ -374,19 +366,21 @@ def concat_step_frames(parts: list[StepFrames], in_order: bool = False) -> StepF
                       threads=cat([p.threads for p in parts]))
 
 
-def merge_keys(tables: list[pl.DataFrame]) -> tuple[pl.DataFrame, list[pl.Series]]:
-    """The distinct rows of several key tables (first seen first), and per table the new
-    number of each of its rows (a few thousand keys: cheap, unlike the executions)."""
-    columns = tables[0].columns
-    tagged = pl.concat([t.with_columns(part=pl.lit(i, pl.UInt32)) for i, t in enumerate(tables)],
-                       how="vertical")
-    merged = tagged.select(columns).unique(maintain_order=True).with_row_index("key_id")
-    numbered = tagged.join(merged, on=columns, how="left", nulls_equal=True,
-                           maintain_order="left")
-    maps = numbered.get_column("key_id").to_numpy()
-    bounds = np.cumsum([0] + [t.height for t in tables])
-    return merged.drop("key_id"), [pl.Series("key_id", maps[a:b], dtype=pl.UInt32)
-                                   for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+def _merge_keyed(rows: list[pl.DataFrame], tables: list[pl.DataFrame], column: str
+                 ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """Parts whose rows' `column` numbers a row of the part's key table -> the same rows
+    numbering the distinct keys of all parts (first seen first), and that table. A few
+    thousand keys: cheap, unlike the rows."""
+    stacked = pl.concat(tables, how="vertical")
+    merged = stacked.unique(maintain_order=True)
+    new_ids = stacked.join(merged.with_row_index(column), on=stacked.columns, how="left",
+                           nulls_equal=True, maintain_order="left").get_column(column)
+    out, start = [], 0
+    for frame, table in zip(rows, tables, strict=True):
+        ids = new_ids.slice(start, table.height)
+        start += table.height
+        out.append(frame.with_columns(ids.gather(frame.get_column(column))))
+    return out, merged
 
 
 def _decoded_frames(result: dict[str, Any]) -> StepFrames:
@@ -413,7 +407,7 @@ def _decoded_frames(result: dict[str, Any]) -> StepFrames:
     return StepFrames(
         nodes=nodes,  # the decoder fills in nanos from micros as _nanos_from_micros does
         keys=pl.DataFrame([strings.gather(codes).alias(name)
-                           for name, codes in zip(KEY_COLUMNS, keys.T, strict=True)]),
+                           for name, codes in zip(KEY_SCHEMA, keys.T, strict=True)]),
         outputs=outputs,
         output_keys=_named_outputs(output_keys, result["shapes"]),
         memory=table("memory", MEMORY_SCHEMA, ("allocator_name",)),
@@ -484,7 +478,6 @@ _ALLOC_ROW = ["exec_idx", "allocator_name", "alloc_us", "alloc_bytes"]
 # split_keys numbers them.
 _WALKED_NODE_SCHEMA: Schema = {**{k: v for k, v in NODE_SCHEMA.items() if k != "key_id"},
                                **KEY_SCHEMA}
-_OUTPUT_KEY_CODES = ["dtype", "shape", "allocator_name"]
 _WALKED_OUTPUT_SCHEMA: Schema = {
     **{k: v for k, v in OUTPUT_SCHEMA.items() if k != "out_key"},
     "dtype": pl.Int32, "shape": pl.UInt32, "allocator_name": pl.String}
@@ -563,9 +556,10 @@ def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
             idx += 1
     nodes, keys = split_keys(
         _rows_frame(node_rows, _NODE_ROW, _WALKED_NODE_SCHEMA, step, index=True),
-        KEY_COLUMNS)
+        list(KEY_SCHEMA))
     outputs, output_keys = split_keys(
-        _rows_frame(out_rows, _OUTPUT_ROW, _WALKED_OUTPUT_SCHEMA, step), _OUTPUT_KEY_CODES)
+        _rows_frame(out_rows, _OUTPUT_ROW, _WALKED_OUTPUT_SCHEMA, step),
+        list(OUTPUT_KEY_SCHEMA))
     return StepFrames(
         nodes=_nanos_from_micros(nodes.select(list(NODE_SCHEMA))),
         keys=keys,

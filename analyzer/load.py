@@ -9,6 +9,7 @@ Parquet cache (analyzer/cache.py).
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
@@ -16,12 +17,11 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from analyzer import cache, ingest
 from analyzer.errors import InputFileError, RunDirError
-from analyzer.model import Run, derive_keys
+from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir, find_runs
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
@@ -172,8 +172,6 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     worker = pl.lit(run.worker).alias("worker")
     merged = ingest.concat_step_frames(steps, in_order=True)
     out = {
-        "keys": merged.keys.select(worker, *ingest.KEY_COLUMNS),
-        "output_keys": merged.output_keys.select(worker, *ingest.OUTPUT_KEY_COLUMNS),
         "memory": merged.memory,
         "allocations": merged.allocations,
         "threads": merged.threads,
@@ -183,6 +181,8 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
     # Executions and outputs are identified by key; the worker is a column of the keys.
+    frames["keys"] = merged.keys.select(worker, pl.all())
+    frames["output_keys"] = merged.output_keys.select(worker, pl.all())
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
     return frames, warnings
@@ -228,16 +228,15 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
         return parts[0][name]
 
     def read(part: dict[str, Any], name: str) -> pl.DataFrame:
-        value = part[name]() if callable(part[name]) else part[name]
-        part[name] = value
+        value = part[name] = built(part[name])
         return value
 
     def concat() -> pl.DataFrame:
         frames = [read(p, name) for p in parts]
         if name in _KEYED:  # each run dir numbers its keys from 0
             column, keys = _KEYED[name]
-            offsets = np.cumsum([0] + [read(p, keys).height for p in parts])
-            frames = [f.with_columns(pl.col(column) + int(offset))
+            offsets = itertools.accumulate((read(p, keys).height for p in parts), initial=0)
+            frames = [f.with_columns(pl.col(column) + offset)
                       for f, offset in zip(frames, offsets, strict=False)]
         merged = pl.concat(frames, how="vertical_relaxed")
         return merged.sort("worker", "name") if name == "node_stats" else merged

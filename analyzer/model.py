@@ -21,6 +21,11 @@ _LABEL_OP_RE = r"^\S+ = ([A-Za-z0-9_>.]+)\("
 FrameSource = pl.DataFrame | Callable[[], pl.DataFrame]
 
 
+def built(source: FrameSource) -> pl.DataFrame:
+    """The frame itself, or what its reader returns."""
+    return source() if callable(source) else source
+
+
 class _Frame:
     """A frame attribute of Run, read on first use (a cached run reads Parquet lazily, so
     `analyze ops` on a big run never loads the million rows of executions)."""
@@ -29,9 +34,7 @@ class _Frame:
         self.name = name
 
     def __get__(self, run: Run, owner: type | None = None) -> pl.DataFrame:
-        value = run._frames[self.name]
-        if callable(value):
-            value = run._frames[self.name] = value()
+        value = run._frames[self.name] = built(run._frames[self.name])
         return value
 
 
@@ -96,9 +99,9 @@ class Run:
 
     def derived_frame(self, name: str, build: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
         """The frame `name` computed from this run by `build`, once (or read from the
-        cache, which stores what load_run's DERIVED names)."""
+        cache, which keeps the code paths and the default trees)."""
         value = self.derived.get(name)
-        frame = build(self) if value is None else value() if callable(value) else value
+        frame = build(self) if value is None else built(value)
         self.derived[name] = frame
         return frame
 
@@ -112,12 +115,9 @@ class Run:
         (OUTPUT_COLUMNS) in place of output_rows and output_keys."""
         f = dict(frames)
         if "executions" not in f:
-            nodes = f["nodes"]
-            f["executions"], f["keys"] = split_keys(nodes() if callable(nodes) else nodes)
+            f["executions"], f["keys"] = split_keys(built(f["nodes"]))
         if "output_rows" not in f:
-            outputs = f["outputs"]
-            rows, f["output_keys"] = split_keys(outputs() if callable(outputs) else outputs,
-                                                OUTPUT_KEY_COLUMNS)
+            rows, f["output_keys"] = split_keys(built(f["outputs"]), OUTPUT_KEY_COLUMNS)
             f["output_rows"] = rows.rename({"key_id": "out_key"})
         return cls(f, paths=paths, warnings=warnings, node_stats=node_stats,
                    derived=derived)

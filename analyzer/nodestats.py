@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.model import Run
+from analyzer.model import Run, built
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]
@@ -139,7 +139,7 @@ def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
     """
     known = run.node_stats.get(step)
     if known is not None:
-        frame = known() if callable(known) else known
+        frame = built(known)
         run.node_stats[step] = frame
         return frame
     frame = _node_stats(run, step)
