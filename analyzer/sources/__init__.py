@@ -1,0 +1,91 @@
+"""Sources: each input format runlens reads is one module here plus a line in SOURCES.
+
+A source says whether a path is its kind (`accepts`), splits it into parts (one per
+worker: the unit that is read, cached and merged), names the files a part's result
+depends on (the cache key covers them), and reads a part into the raw frames that
+analyzer.load turns into a Run. What a format does not hold stays empty and is named in
+`lacks` (what -> why), so that views and checkers can say what they skipped instead of
+inventing it.
+
+Raw frames (SourceFrames.frames), each with a `worker` column:
+- `executions` (ingest.NODE_SCHEMA: numbers and a key_id) and `keys` (worker, lane,
+  node_name, timeline_label), or, simpler for a new source, `nodes`: one row per
+  execution with NODE_SCHEMA's numbers (no key_id) and the key's four columns; `raw_frames`
+  below splits it;
+- `output_rows` + `output_keys` (or `outputs`), `memory`, `allocations`, `threads`,
+  `graph_nodes`, `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+
+from analyzer.errors import RunDirError
+
+Progress = Callable[[int, int], None]
+
+# Detection order: the first source that accepts a path reads it. Each entry is a module
+# of this package that defines SOURCE (an object with the Source protocol).
+SOURCES: tuple[str, ...] = ()  # filled as the sources land: "rundir", "timeline", ...
+
+
+@dataclass(frozen=True)
+class Part:
+    """One worker's input, read as one unit."""
+
+    kind: str
+    path: Path  # the file or folder this part was found at
+    worker: str
+    files: tuple[str, ...]  # every file its frames depend on (the cache key covers them)
+    detail: Any = None  # the source's own description of the part (e.g. a RunDir)
+
+
+@dataclass
+class SourceFrames:
+    """A part, read: raw frames (see the module docstring), warnings, what it lacks."""
+
+    frames: dict[str, pl.DataFrame]
+    warnings: list[str] = field(default_factory=list)
+    lacks: dict[str, str] = field(default_factory=dict)
+
+
+class Source(Protocol):
+    kind: str  # the --source name
+    description: str  # one line: what files these are
+
+    def accepts(self, path: Path) -> bool: ...
+
+    def parts(self, path: Path) -> list[Part]: ...
+
+    def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames: ...
+
+
+def registered() -> list[Source]:
+    """Every source, in detection order (modules are imported on first use)."""
+    return [importlib.import_module(f"{__name__}.{name}").SOURCE for name in SOURCES]
+
+
+def detect(path: str | Path, kind: str | None = None) -> Source:
+    """The source that reads `path` (`kind` forces one); RunDirError naming what runlens
+    reads when none does."""
+    p = Path(path)
+    sources = registered()
+    if kind is not None:
+        by_kind = {s.kind: s for s in sources}
+        if kind not in by_kind:
+            raise RunDirError(f"unknown source {kind!r}; runlens reads: "
+                              + ", ".join(sorted(by_kind)))
+        return by_kind[kind]
+    if not p.exists():
+        raise RunDirError(f"{p}: no such file or directory")
+    for source in sources:
+        if source.accepts(p):
+            return source
+    raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
+                      + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
