@@ -280,7 +280,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """tfprof's options as flags (tfprof's options.md; docs/views.md)."""
     ints = [
-        ("--max-depth", 100, "Show nodes at most this deep (the root is depth 1)."),
+        ("--max-depth", 100, "Show nodes at most this deep (1: the top level only)."),
         ("--min-bytes", 0, "Hide nodes that request fewer bytes."),
         ("--min-peak-bytes", 0, "Hide nodes with a lower peak."),
         ("--min-residual-bytes", 0, "Hide nodes with fewer bytes still allocated at the end."),
@@ -322,6 +322,19 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Global step to show; -1 averages over the traced steps.")(fn)
     fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]),
                       default="text", show_default=True, help="Output format.")(fn)
+    # Our defaults that differ from tfprof on purpose (docs/views.md).
+    fn = click.option("--op-types", type=click.Choice(["kernel", "graph"]), default="kernel",
+                      show_default=True, help="Group and account nodes by the kernel that "
+                      "ran (fused kernels such as _FusedConv2D) or by the graph's op type "
+                      "(tfprof).")(fn)
+    fn = click.option("--zero-rows", is_flag=True,
+                      help="Also show rows whose numbers are all zero.")(fn)
+    fn = click.option("--depth-from-root", is_flag=True, help="Count --max-depth from "
+                      "tfprof's hidden root (depth 1), as tfprof does.")(fn)
+    fn = click.option("--library-frames", is_flag=True, help="Code view: also show frames "
+                      "of TensorFlow, Keras, absl and the standard library.")(fn)
+    fn = click.option("--tfprof", "tfprof_rows", is_flag=True, help="All four of the "
+                      "above as tfprof does them: reproduces tfprof's rows.")(fn)
     return fn
 
 
@@ -333,7 +346,12 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
         kw[key] = tuple(kw[key])
-    options = ViewOptions(**kw)
+    if kw.pop("tfprof_rows"):
+        for ours in ("op_types", "zero_rows", "depth_from_root", "library_frames"):
+            del kw[ours]
+        options = ViewOptions.tfprof(**kw)
+    else:
+        options = ViewOptions(**kw)
     run = load(run_dir, no_cache)
     if options.step >= 0 and options.step not in run.steps:
         raise RunlensError(f"{run_dir}: step {options.step} was not traced "

@@ -27,7 +27,7 @@ import polars as pl
 
 from analyzer.rundir import RunDir
 
-CACHE_VERSION = 7  # bump whenever ingest's frames change
+CACHE_VERSION = 8  # bump whenever ingest's frames change
 # The Run's frames (the executions by key, the keys with derived columns), and what views
 # need with their default options: step -1's per-node numbers, the code paths, the scope
 # and code trees. Written in this order: the ones computed last come last.

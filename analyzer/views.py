@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyzer.codepaths import code_paths
 from analyzer.errors import RunlensError
 from analyzer.model import Run
 from analyzer.nodestats import METRICS, node_stats
@@ -47,9 +48,18 @@ class ViewOptionError(RunlensError):
     """An option value that cannot be used (bad regex, unknown order_by, ...)."""
 
 
+OP_TYPES = ("kernel", "graph")
+
+
 @dataclass(frozen=True)
 class ViewOptions:
-    """tfprof's options (options.md), with its defaults. Regexes must match a whole name."""
+    """tfprof's options (options.md), with its defaults, and four of ours whose defaults
+    differ from tfprof on purpose (docs/views.md): `op_types` "kernel" groups and accounts
+    nodes by the kernel that ran (tfprof: "graph", the op type in graph.pb), `zero_rows`
+    False hides rows whose numbers are all zero, `max_depth` counts from the first visible
+    level unless `depth_from_root` (tfprof counts its hidden root), and the code view
+    hides library frames unless `library_frames`. `ViewOptions.tfprof(...)` sets all
+    four to tfprof's behaviour. Regexes must match a whole name."""
 
     max_depth: int = 100
     min_bytes: int = 0
@@ -71,8 +81,21 @@ class ViewOptions:
     hide_name_regexes: tuple[str, ...] = ()
     account_displayed_op_only: bool = False
     select: tuple[str, ...] = ("micros",)
+    op_types: str = "kernel"
+    zero_rows: bool = False
+    depth_from_root: bool = False
+    library_frames: bool = False
+
+    @classmethod
+    def tfprof(cls, **options: Any) -> ViewOptions:
+        """Options that reproduce tfprof's rows (the parity tests use these)."""
+        return cls(**{"op_types": "graph", "zero_rows": True, "depth_from_root": True,
+                      "library_frames": True, **options})
 
     def __post_init__(self) -> None:
+        if self.op_types not in OP_TYPES:
+            raise ViewOptionError(
+                f"op_types {self.op_types!r}: expected one of {', '.join(OP_TYPES)}")
         if self.order_by not in ORDER_BY:
             raise ViewOptionError(
                 f"order_by {self.order_by!r}: expected one of {', '.join(ORDER_BY)}")
@@ -147,10 +170,24 @@ def _is_everything(regexes: tuple[str, ...]) -> bool:
 
 
 def _accounted(account_type_regexes: tuple[str, ...]) -> pl.Expr:
+    """Nodes one of whose `types` (see _types) fully matches one of the regexes."""
     if _is_everything(account_type_regexes):
         return pl.lit(True)
     rx = "|".join(f"(?:{r})" for r in account_type_regexes)
     return pl.col("types").list.eval(pl.element().str.contains(f"^(?:{rx})$")).list.any()
+
+
+def _types(opts: ViewOptions) -> pl.Expr:
+    """The names account_type_regexes test: the graph op type, op_log types and device
+    (tfprof's), and with op_types "kernel" the kernel that ran too."""
+    if opts.op_types == "kernel":
+        return pl.concat_list("types", "kernel").list.unique(maintain_order=True)
+    return pl.col("types")
+
+
+def _visible_depth(opts: ViewOptions) -> int:
+    """max_depth in tfprof's terms (its hidden root is depth 1)."""
+    return opts.max_depth if opts.depth_from_root else opts.max_depth + 1
 
 
 def _sorted(df: pl.DataFrame, opts: ViewOptions, name_col: str = "name") -> pl.DataFrame:
@@ -169,17 +206,28 @@ def _root_totals(df: pl.DataFrame) -> dict[str, int]:
 
 
 def op_view(run: Run, opts: ViewOptions) -> View:
-    """One row per op type: the sums over its nodes whose types match account_type_regexes.
+    """One row per kernel (op_types "kernel": "_FusedConv2D (Conv2D+BiasAdd+Relu)") or per
+    graph op type (op_types "graph", tfprof's): the sums over its nodes whose types match
+    account_type_regexes. Each row lists the graph op types (`op_types`) and kernels
+    (`kernels`) of its nodes.
 
-    Thresholds compare each op type's own numbers (tfprof compares running totals down
+    Thresholds compare each row's own numbers (tfprof compares running totals down
     its sorted list, see docs/views.md).
     """
-    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
-    per_type = nodes.group_by("op_type").agg(
+    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+        _accounted(opts.account_type_regexes))
+    if opts.op_types == "kernel":
+        name = pl.when(pl.col("fused_ops").is_not_null()).then(
+            pl.format("{} ({})", "kernel", "fused_ops")).otherwise(pl.col("kernel"))
+    else:
+        name = pl.col("op_type")
+    per_type = nodes.with_columns(name=name).group_by("name").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
         nodes=pl.len(),
         executed_nodes=pl.col("executed").sum(),
-    ).rename({"op_type": "name"})
+        op_types=pl.col("op_type").unique().sort(),
+        kernels=pl.col("kernel").unique().sort(),
+    )
     rows = _sorted(per_type, opts)
     root = _root_totals(rows)
     start = rows.select(_full_match_any(pl.col("name"), opts.start_name_regexes).arg_true())
@@ -188,7 +236,8 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     trimmed = rows.select(_full_match_any(pl.col("name"), opts.trim_name_regexes).arg_true())
     if trimmed.height:
         rows = rows.head(trimmed.to_series()[0])
-    rows = rows.head(opts.max_depth + 1).filter(_shown(opts))
+    rows = rows.head(opts.max_depth + 1 if opts.depth_from_root else opts.max_depth)
+    rows = rows.filter(_shown(opts))
     if opts.account_displayed_op_only:
         root = _root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
@@ -209,18 +258,21 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     are computed once per run and cached with it (single run dirs: a tree over several
     workers is built from their merged numbers)."""
     sep = _SEPARATORS[kind]
-    if opts.step == -1 and _is_everything(opts.account_type_regexes):
+    if (opts.step == -1 and _is_everything(opts.account_type_regexes)
+            and not (kind == "code" and opts.library_frames)):
         nodes = default_tree_nodes(run, kind)
     else:
-        nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts.step), opts.account_type_regexes,
+        nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts), opts.account_type_regexes,
                            sep)
     return _display(kind, nodes, opts, sep)
 
 
 def default_tree_nodes(run: Run, kind: str) -> pl.DataFrame:
-    """The nodes of the `kind` tree at step -1 with every op type accounted, once per run."""
+    """The nodes of the `kind` tree at step -1 with every op type accounted (code: user
+    frames only), once per run."""
     def build(r: Run) -> pl.DataFrame:
-        return tree_nodes(kind, _TREE_ITEMS[kind](r, -1), (".*",), _SEPARATORS[kind])
+        return tree_nodes(kind, _TREE_ITEMS[kind](r, ViewOptions()), (".*",),
+                          _SEPARATORS[kind])
 
     return run.derived_frame(f"{kind}_tree", build)
 
@@ -318,7 +370,8 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         )
     trimmed_out = pl.col("under_trim") | (pl.col("trim") if kind == "code" else pl.lit(False))
     d = d.with_columns(
-        displayed=pl.col("eligible") & ~trimmed_out & (pl.col("depth") <= opts.max_depth)
+        displayed=pl.col("eligible") & ~trimmed_out
+        & (pl.col("depth") <= _visible_depth(opts))
         & _shown(opts, self_counts=kind == "scopes")
     )
     shown = d.filter(pl.col("displayed"))
@@ -376,12 +429,14 @@ def _displayed_parents(nodes: pl.DataFrame, shown: pl.DataFrame) -> pl.DataFrame
 
 
 def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
-    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name.
+    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name
+(and, unless zero_rows, not a row whose numbers are all zero).
 
     Thresholds test totals; params, float_ops and occurrence test a node's own numbers in
     the scope view (`self_counts`), as tfprof does.
     """
-    cond = pl.lit(True)
+    cond = pl.lit(True) if opts.zero_rows else pl.any_horizontal(
+        [pl.col(m) != 0 for m in ALL_METRICS])
     for option, metric in THRESHOLDS.items():
         bound = getattr(opts, option)
         if bound:
@@ -471,62 +526,29 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     return tree_view("scopes", run, opts)
 
 
-def _scope_items(run: Run, step: int) -> pl.DataFrame:
-    return node_stats(run, step).select(pl.col("name").str.split("/").alias("path"), "types",
-                                        *ALL_METRICS)
-
-
-def _trace_string() -> pl.Expr:
-    """tfprof's name for a code frame: file basename, line, function (cut to 20 chars)."""
-    fn = pl.col("function")
-    short = pl.when(fn.str.len_chars() < 20).then(fn).otherwise(fn.str.head(17) + "...")
-    return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
-                     short)
-
-
-def code_paths(run: Run) -> pl.DataFrame:
-    """worker, name, path: each op's code path, outermost frame first, as tfprof builds it.
-
-    Gradient ops ("gradients/<fwd>_grad/...") take the path of their forward op with
-    " (gradient)" on every frame, so backprop time lands next to the code that caused it.
-    Ops without a code trace of their own (runtime-only nodes) are left out, as in tfprof.
-    Computed once per run and cached with it.
-    """
-    return run.derived_frame("code_paths", _code_paths)
-
-
-def _code_paths(run: Run) -> pl.DataFrame:
-    own = (
-        run.code.sort("worker", "name", "depth")
-        .group_by("worker", "name", maintain_order=True)
-        .agg(path=_trace_string())
-    )
-    names = own.select("worker", "name")
-    fwd = pl.col("name").str.extract(r"gradients/(.+?)_grad/", 1)
-    is_grad = pl.col("name").str.contains("gradients/") & pl.col("name").str.contains("_grad/")
-    grads = (
-        names.filter(is_grad & fwd.is_not_null())
-        .with_columns(fwd=fwd)
-        .join(own.rename({"name": "fwd"}), on=["worker", "fwd"])
-        .select("worker", "name",
-                path=pl.col("path").list.eval(pl.element() + " (gradient)"))
-    )
-    forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
-    return pl.concat([forward, grads])
+def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
+    return node_stats(run, opts.step).select(pl.col("name").str.split("/").alias("path"),
+                                             _types(opts).alias("types"), *ALL_METRICS)
 
 
 def code_view(run: Run, opts: ViewOptions) -> View:
     """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
-    frames nest by call stack, outermost first, as tfprof's code view does."""
+    frames nest by call stack, outermost first, as tfprof's code view does. Unless
+    library_frames, frames of TensorFlow, Keras, absl and the standard library are left
+    out, so the innermost user frame gets the time (analyzer.codepaths)."""
     view = tree_view("code", run, opts)
     if not code_paths(run).height:
         view.notes.append("no code traces (op_log.pb missing or without them)")
     return view
 
 
-def _code_items(run: Run, step: int) -> pl.DataFrame:
-    return node_stats(run, step).join(code_paths(run), on=["worker", "name"], how="inner"
-                                      ).select("path", "types", *ALL_METRICS)
+def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
+    paths = code_paths(run).select(
+        "worker", "name", path="path" if opts.library_frames else "user_path"
+    ).filter(pl.col("path").list.len() > 0)
+    return node_stats(run, opts.step).join(paths, on=["worker", "name"], how="inner"
+                                           ).select("path", _types(opts).alias("types"),
+                                                    *ALL_METRICS)
 
 
 _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
@@ -534,7 +556,8 @@ _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
 
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
-    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
+    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+        _accounted(opts.account_type_regexes))
     inputs = (
         run.graph_nodes.filter(pl.col("source") == "graph")
         .unique(subset=["worker", "name"], keep="first")
@@ -543,7 +566,8 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
     nodes = nodes.join(inputs, on=["worker", "name"], how="left")
     agg = nodes.group_by("name").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
-        op_type=pl.col("op_type").first(), device=pl.col("device").first(),
+        op_type=pl.col("op_type").first(), kernel=pl.col("kernel").first(),
+        fused_ops=pl.col("fused_ops").first(), device=pl.col("device").first(),
         inputs=pl.col("inputs").first(),
     )
     rows = _sorted(agg, opts)

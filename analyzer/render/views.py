@@ -52,9 +52,10 @@ def view_json(view: View) -> str:
 
 def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
     if kind == "ops":
-        return {"nodes": row["nodes"]}
+        return {"nodes": row["nodes"], "kernels": row["kernels"], "op_types": row["op_types"]}
     if kind == "graph":
-        return {"op_type": row["op_type"], "device": row["device"], "inputs": row["inputs"]}
+        return {"op_type": row["op_type"], "kernel": row["kernel"],
+                "fused_ops": row["fused_ops"], "device": row["device"], "inputs": row["inputs"]}
     return {}
 
 
@@ -82,17 +83,29 @@ def view_csv(view: View) -> str:
     return out.getvalue()
 
 
+def _kernel_note(view: View, row: dict[str, Any]) -> str:
+    """Graph view: " [_FusedConv2D: Conv2D+BiasAdd+Relu]" after a node that ran as another
+    kernel than its graph op type (with op_types "kernel")."""
+    if view.kind != "graph" or view.options.op_types != "kernel":
+        return ""
+    if row["kernel"] == row["op_type"] and not row["fused_ops"]:
+        return ""
+    fused = f": {row['fused_ops']}" if row["fused_ops"] else ""
+    return f" [{row['kernel']}{fused}]"
+
+
 def view_text(view: View) -> str:
     select = [s for s in view.options.select if s in COLUMNS] or ["micros"]
     cols = [COLUMNS[s] for s in select]
-    title = {"ops": "op type", "scopes": "name scope", "graph": "graph node",
-             "code": "python code"}[view.kind]
+    by_kernel = view.options.op_types == "kernel"
+    title = {"ops": "kernel" if by_kernel else "op type", "scopes": "name scope",
+             "graph": "graph node", "code": "python code"}[view.kind]
     tree = view.kind in TREE_VIEWS
     lines: list[str] = []
     label_rows: list[tuple[str, dict[str, Any]]] = []
     for r in view.rows.iter_rows(named=True):
         indent = "  " * (int(r["depth"]) - 1) if tree else ""
-        label_rows.append((indent + str(r["name"]), r))
+        label_rows.append((indent + str(r["name"]) + _kernel_note(view, r), r))
     width = min(max([len(title)] + [len(label) for label, _ in label_rows]), 90)
     head = f"{title:<{width}}"
     for _, _, name in cols:
