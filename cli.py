@@ -84,7 +84,8 @@ def load(run_dir: str, no_cache: bool) -> Any:
 
     progress = _Progress()
     try:
-        run = load_run(run_dir, use_cache=not no_cache, progress=progress)
+        run = load_run(run_dir, use_cache=not no_cache, progress=progress,
+                       workers=click.get_current_context().meta.get("runlens.workers", False))
     finally:
         progress.close()
     for warning in run.warnings:
@@ -93,9 +94,17 @@ def load(run_dir: str, no_cache: bool) -> Any:
 
 
 run_dir_argument = click.argument("run_dir", metavar="RUN_DIR", type=click.Path())
-no_cache_option = click.option(
-    "--no-cache", is_flag=True, help="Ingest step files again instead of reading the cache."
-)
+def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.meta["runlens.workers"] = value
+
+
+def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--no-cache, and --workers (which load() reads from the context)."""
+    fn = click.option("--workers", is_flag=True, expose_value=False, callback=_remember_workers,
+                      help="Merge the run dirs in RUN_DIR as workers of one run even when "
+                           "they are not one job (different graphs).")(fn)
+    return click.option("--no-cache", is_flag=True,
+                        help="Ingest step files again instead of reading the cache.")(fn)
 
 
 def _version() -> str:

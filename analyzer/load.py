@@ -250,13 +250,15 @@ def load_run(
     use_cache: bool = True,
     jobs: int | None = None,
     progress: Progress | None = None,
+    workers: bool = False,
 ) -> Run:
     """Read every run dir at `path` into one Run (worker is a column).
 
     A cached run dir is read lazily: only the frames an analysis touches are loaded.
-    Raises RunDirError when the path is not a run or no step can be read.
+    Raises RunDirError when the path is not a run or no step can be read, or holds run
+    dirs of different jobs and `workers` is False (analyzer.samejob).
     """
-    runs = find_runs(path)
+    runs = find_runs(path, workers=workers)  # workers: merge run dirs of different jobs
     jobs = jobs or os.cpu_count() or 1
     cache.wait()  # a cache this process is still writing is read once written
     parts: list[dict[str, Any]] = []

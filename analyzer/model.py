@@ -205,6 +205,12 @@ def fused_label_expr(kernel: pl.Expr, fused_ops: pl.Expr) -> pl.Expr:
         pl.concat_str(base, pl.lit("+"), fused_ops.list.join("+")))
 
 
+def kernel_label_expr(kernel: str = "kernel", fused_ops: str = "fused_ops") -> pl.Expr:
+    """How a kernel is shown: "_FusedConv2D (Conv2D+BiasAdd+Relu)", or the kernel alone."""
+    return pl.when(pl.col(fused_ops).is_not_null()).then(
+        pl.format("{} ({})", kernel, fused_ops)).otherwise(pl.col(kernel))
+
+
 def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
     """The key table (worker, lane, node_name, timeline_label: one row per distinct key of
     the executions) with what is derived from it: device, lane_kind, op_type

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import RunDirError
+from analyzer.samejob import check_one_job
 
 FORMAT_NAME = "runlens-run"
 FORMAT_VERSION = 1
@@ -212,10 +213,11 @@ def _open_run(path: Path, worker: str) -> RunDir:
     )
 
 
-def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
+def find_runs(path: str | os.PathLike[str], workers: bool = False) -> list[RunDir]:
     """The run dirs at `path`: the directory itself, or its subdirectories (one per worker).
 
-    Raises RunDirError with a one-line reason when `path` holds no run.
+    Raises RunDirError with a one-line reason when `path` holds no run, or holds run dirs
+    that are not one job (analyzer.samejob) unless `workers` forces merging them.
     """
     root = Path(path)
     if not root.exists():
@@ -224,10 +226,12 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
         raise RunDirError(f"{root}: not a run directory (expected a directory with steps/)")
     if is_run_dir(root):
         return [_open_run(root, worker=_worker_name(root, None))]
-    workers = [p for p in sorted(root.iterdir()) if is_run_dir(p)]
-    if not workers:
+    found = [p for p in sorted(root.iterdir()) if is_run_dir(p)]
+    if not found:
         raise RunDirError(f"{root}: not a run directory (no steps/step-*.pb found)")
-    return [_open_run(p, worker=_worker_name(p, p.name)) for p in workers]
+    runs = [_open_run(p, worker=_worker_name(p, p.name)) for p in found]
+    check_one_job(root, runs, force=workers)
+    return runs
 
 
 def _worker_name(path: Path, default: str | None) -> str:

@@ -20,7 +20,7 @@ import polars as pl
 
 from analyzer.codepaths import code_paths
 from analyzer.errors import RunlensError
-from analyzer.model import Run
+from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import METRICS, node_stats
 
 ALL_METRICS = [*METRICS, "params", "float_ops"]
@@ -217,8 +217,7 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
         _accounted(opts.account_type_regexes))
     if opts.op_types == "kernel":
-        name = pl.when(pl.col("fused_ops").is_not_null()).then(
-            pl.format("{} ({})", "kernel", "fused_ops")).otherwise(pl.col("kernel"))
+        name = kernel_label_expr()
     else:
         name = pl.col("op_type")
     per_type = nodes.with_columns(name=name).group_by("name").agg(

@@ -72,6 +72,9 @@ class Checker:
     name: ClassVar[str]
     title: ClassVar[str]
     severity: ClassVar[Severity] = Severity.INFO
+    # When a finding gets another severity than `severity` (`advise --list` shows it), e.g.
+    # "warning when the device is idle for half of the step or more".
+    severity_note: ClassVar[str] = ""
 
     def check(self, analysis: Analysis) -> Iterable[Finding]:
         raise NotImplementedError

@@ -42,7 +42,7 @@ class MemoryPeak(Checker):
                        descending=[True, False, False, False]))
         temps = (a.nodes.filter(pl.col("peak_bytes") > 0)
                  .sort(["peak_bytes", "name"], descending=[True, False]).head(5)
-                 .select("name", "op_type", "peak_bytes", "requested_bytes"))
+                 .select("name", "kernel", "peak_bytes", "requested_bytes"))
         top = peaks.row(0, named=True)
         yield self.finding(
             f"peak memory {fmt_bytes(top['peak'])} in allocator {top['allocator_name']} on "

@@ -20,6 +20,15 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f}B"
 
 
+def fmt_number(x: float) -> str:
+    """A plain number with up to 4 significant digits, never in scientific notation."""
+    if float(x).is_integer():
+        return f"{x:.0f}"
+    digits = max(0, 3 - len(str(int(abs(x)))) + (1 if abs(x) >= 1 else 0))
+    text = f"{x:.{min(digits + (2 if abs(x) < 1 else 0), 6)}f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
 def fmt_count(n: float) -> str:
     for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if abs(n) >= size:
