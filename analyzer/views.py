@@ -521,8 +521,17 @@ def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
 
 
 def scope_view(run: Run, opts: ViewOptions) -> View:
-    """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below."""
-    return tree_view("scopes", run, opts)
+    """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below.
+    With op_types "kernel", a node that ran as another kernel than its graph op type (a
+    fused `conv1/Relu`) carries `kernel` and `fused_ops` (else they are null)."""
+    view = tree_view("scopes", run, opts)
+    if opts.op_types == "kernel":
+        other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
+        kernels = (node_stats(run, opts.step).filter(other)
+                   .unique(subset="name", keep="first", maintain_order=True)
+                   .select(pl.col("name").alias("key"), "kernel", "fused_ops"))
+        view.rows = view.rows.join(kernels, on="key", how="left", maintain_order="left")
+    return view
 
 
 def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:

@@ -60,8 +60,10 @@ def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
+    kernel = {k: node[k] for k in ("kernel", "fused_ops") if node.get("kernel")}
     return {
         "name": node["name"],
+        **kernel,
         **_metrics(node),
         "self": {m: int(node[f"self_{m}"]) for m in ALL_METRICS},
         "children": [_tree_row(c) for c in node["children"]],
@@ -84,11 +86,11 @@ def view_csv(view: View) -> str:
 
 
 def _kernel_note(view: View, row: dict[str, Any]) -> str:
-    """Graph view: " [_FusedConv2D: Conv2D+BiasAdd+Relu]" after a node that ran as another
-    kernel than its graph op type (with op_types "kernel")."""
-    if view.kind != "graph" or view.options.op_types != "kernel":
+    """Graph and scope views: " [_FusedConv2D: Conv2D+BiasAdd+Relu]" after a node that ran
+    as another kernel than its graph op type (with op_types "kernel")."""
+    if view.kind not in ("graph", "scopes") or view.options.op_types != "kernel":
         return ""
-    if row["kernel"] == row["op_type"] and not row["fused_ops"]:
+    if not row.get("kernel") or (row["kernel"] == row.get("op_type") and not row["fused_ops"]):
         return ""
     fused = f": {row['fused_ops']}" if row["fused_ops"] else ""
     return f" [{row['kernel']}{fused}]"
