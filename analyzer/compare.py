@@ -39,7 +39,8 @@ NOISE_FLOOR = 0.01  # a metric must be at least this share of the median step to
 # may be called a regression, by the metric's share of the median step. Set above the
 # run-to-run variation measured between separate same-config processes
 # (benchmarks/ci_validation.py --floors; docs/ci.md has the table).
-STEP_FLOOR = 0.10
+STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics
+STEP_FLOORS = {STEP_TIME: 0.50, OP_TIME: 0.20}
 SCOPE_FLOORS = ((0.10, 0.25), (0.03, 0.40), (NOISE_FLOOR, 0.75))  # (share >=, floor)
 
 
@@ -55,7 +56,7 @@ class Samples:
 
     @property
     def n_samples(self) -> int:
-        return self.samples.filter(pl.col("kind") == "step").height
+        return self.samples.filter(pl.col("name") == STEP_TIME).height
 
 
 def _exec_us() -> pl.Expr:
@@ -69,9 +70,11 @@ def samples_from_run(run: Run, source: str, scope_depth: int = 3) -> Samples:
     n = n.with_columns(us=_exec_us().cast(pl.Float64),
                        sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")))
     steps = step_times(run).select(
-        kind=pl.lit("step"), name=pl.lit("step time"),
+        kind=pl.lit("step"), name=pl.lit(STEP_TIME),
         sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")),
         value_us=pl.col("duration_ns") / 1000.0)
+    op_time = n.group_by("sample").agg(value_us=pl.col("us").sum()).select(
+        kind=pl.lit("step"), name=pl.lit(OP_TIME), sample="sample", value_us="value_us")
     ops = n.group_by("op_type", "sample").agg(value_us=pl.col("us").sum()).select(
         kind=pl.lit("op"), name="op_type", sample="sample", value_us="value_us")
     parts = pl.col("node_name").str.split("/")
@@ -89,7 +92,7 @@ def samples_from_run(run: Run, source: str, scope_depth: int = 3) -> Samples:
     node_medians = (per_node.group_by("node_name").agg(median_us=pl.col("us").median())
                     .filter(pl.col("median_us") >= FACTOR_MIN_US)
                     .rename({"node_name": "name"}).sort("name"))
-    long = _fill_missing(pl.concat([steps, ops, scopes]))
+    long = _fill_missing(pl.concat([steps, op_time, ops, scopes]))
     return Samples(source, long, node_medians, scope_depth,
                    {"steps": len(run.steps), "workers": run.workers})
 
@@ -121,7 +124,7 @@ def _step_number(sample: pl.Expr) -> pl.Expr:
 
 def warmup_steps(s: Samples) -> pl.DataFrame:
     """The run's steps with outlier and warm-up flags (analyzer.warmup's rule)."""
-    steps = s.samples.filter(pl.col("kind") == "step").select(
+    steps = s.samples.filter(pl.col("name") == STEP_TIME).select(
         "sample", worker=pl.col("sample").str.replace(r"/\d+$", ""),
         step=_step_number(pl.col("sample")), step_us="value_us")
     return flag_steps(steps.with_columns(pl.col("step").fill_null(0)))
@@ -174,10 +177,10 @@ def machine_factor(base: Samples, new: Samples) -> tuple[float, int]:
     return float(steady["ratio"].median()), steady.height  # type: ignore[arg-type]
 
 
-def floor_for(kind: str, share: float) -> float | None:
+def floor_for(kind: str, share: float, name: str = STEP_TIME) -> float | None:
     """The effect-size floor of a metric, or None when it is too small to be called."""
     if kind == "step":
-        return STEP_FLOOR
+        return STEP_FLOORS.get(name, max(STEP_FLOORS.values()))
     for least, floor in SCOPE_FLOORS:
         if share >= least:
             return floor
@@ -252,13 +255,14 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     n = n_raw / factor
     nb, nn = b.shape[1], n.shape[1]
     is_step = np.array([k[0] == "step" for k in keys])
-    step_median = float(np.median(b[is_step][0])) if is_step.any() and nb else 0.0
+    wall = [i for i, k in enumerate(keys) if k == ("step", STEP_TIME)]
+    step_median = float(np.median(b[wall[0]])) if wall and nb else 0.0
     base_med = np.median(b, axis=1) if nb else np.full(len(keys), np.nan)
     new_med = np.median(n_raw, axis=1) if nn else np.full(len(keys), np.nan)
     norm_med = np.median(n, axis=1) if nn else np.full(len(keys), np.nan)
     share = np.maximum(base_med, norm_med) / step_median if step_median > 0 \
         else np.zeros(len(keys))
-    floors = [floor_for(k[0], float(sh)) for k, sh in zip(keys, share, strict=True)]
+    floors = [floor_for(k[0], float(sh), k[1]) for k, sh in zip(keys, share, strict=True)]
     testable = min(nb, nn) >= MIN_STEPS
     if testable:
         p_up, test = mann_whitney_greater(n, b)
@@ -280,9 +284,14 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     sig_down = np.ones(len(keys), bool)
     method = "no test (fewer than 3 steps a side: the effect-size floors alone decide)"
     if testable:
-        method = f"{test} (one-sided; step time alone, scopes and op types Benjamini-Hochberg)"
+        method = (f"{test} (one-sided; step time and op time Bonferroni, scopes and op "
+                  "types Benjamini-Hochberg)")
         p_min = smallest_p(nn, nb)
         tied = p_min * (1 + 1e-9)
+        # Step level: step time and op time, each at alpha / 2 (Bonferroni over the two).
+        step_alpha = alpha / max(1, int(is_step.sum()))
+        q_up[is_step] = np.minimum(1.0, p_up[is_step] * is_step.sum())
+        q_down[is_step] = np.minimum(1.0, p_down[is_step] * is_step.sum())
         sig_up, sig_down = q_up < alpha, q_down < alpha
         if family.any():
             q_up[family] = benjamini_hochberg(p_up[family])
@@ -291,8 +300,8 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         # Sample sizes that cannot reach alpha: say so, and call only complete separation
         # (every new step slower than every base step) above the floor.
         if family.any() and p_min > alpha / family.sum():
-            method = (f"{test} (one-sided; step time alone; scopes and op types: complete "
-                      "separation, too few steps for Benjamini-Hochberg)")
+            method = (f"{test} (one-sided; step time and op time Bonferroni; scopes and op "
+                      "types: complete separation, too few steps for Benjamini-Hochberg)")
             warnings.append(
                 f"with {nb} base and {nn} new steps the smallest exact p is {p_min:.2g}, "
                 f"above the {alpha / family.sum():.2g} Benjamini-Hochberg needs over "
@@ -300,10 +309,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
                 "only when every new step is slower than every base step (and the floor "
                 "holds); trace 10 or more steps a side for a real test")
             sig_up[family], sig_down[family] = p_up[family] <= tied, p_down[family] <= tied
-        if is_step.any() and p_min >= alpha:
+        if is_step.any() and p_min >= step_alpha:
             warnings.append(f"with {nb} base and {nn} new steps the smallest exact p is "
-                            f"{p_min:.2g}, not below alpha {alpha}: step time is called "
-                            "only on complete separation; trace more steps")
+                            f"{p_min:.2g}, not below {step_alpha:.2g}: step time and op "
+                            "time are called only on complete separation; trace more steps")
             sig_up[is_step], sig_down[is_step] = p_up[is_step] <= tied, p_down[is_step] <= tied
     threshold = threshold_pct / 100.0
     verdicts = []
@@ -347,7 +356,7 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         rows = rows.filter(pl.col("kind") != "step")
     order = {"regression": 0, "improvement": 1, "new": 2, "vanished": 3, "unchanged": 4,
              "below-floor": 5}
-    kind_order = {"step": 0, "scope": 1, "op": 2}
+    kind_order = {"scope": 0, "step": 1, "op": 2}  # the specific scope first (docs/ci.md)
     rows = _mark_explained(rows)
     rows = (
         rows.with_columns(v_rank=pl.col("verdict").replace_strict(order, return_dtype=pl.Int32),

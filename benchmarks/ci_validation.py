@@ -9,9 +9,10 @@ process, started about a minute apart, 30 traced steps each.
   side is n steps drawn at random (without replacement) from its run. Every ordered
   pair of runs, `--resamples` times. A pair that exits 1 is a false alarm.
 - Detection: the same pairs, with a slowdown injected into the new side: one scope
-  (and its ancestors and the step time) gets s% more time in every step, s in 5, 10,
-  20, 50, 100, 200; or the step time alone gets 30% longer (idle time no op explains).
-  Detected = exit 1 with the injected scope (or step time) called a regression.
+  (and its ancestors, op time and step time) gets s% more time in every step, s in 5,
+  10, 20, 50, 100, 200; or the step gets 30% longer through op work no scope sees (op
+  time and step time), or through idle time alone (step time only).
+  Detected = exit 1 with the injected scope (or a step-level metric) called a regression.
 - Real regression: tf_wide_* / mlp_wide_* (one block's MLP 8x wider / dense2 4x wider)
   against tf_base_* / mlp_base_*.
 - `--floors`: the run-to-run variation that sets the effect-size floors: for every pair
@@ -56,18 +57,23 @@ def subset(s: Samples, n: int, rng: random.Random) -> Samples:
 
 
 def inject(s: Samples, scope: str | None, pct: float) -> Samples:
-    """`scope` (its ancestors and step time) `pct`% slower in every step; None: the step
-    time alone."""
+    """`scope` (its ancestors, op time and step time) `pct`% slower in every step.
+
+    scope None: `pct`% of the step time more op work spread thin (no scope or op type of
+    the family sees it; op time and step time grow by it); scope "idle": the step time
+    alone grows (waiting no op explains, e.g. an input stall).
+    """
     step = pl.col("kind") == "step"
-    if scope is None:
-        extra = pl.when(step).then(pl.col("value_us") * pct / 100).otherwise(0.0)
-        return Samples(s.source, s.samples.with_columns(value_us=pl.col("value_us") + extra),
-                       s.node_medians, s.scope_depth)
-    added = (s.samples.filter((pl.col("kind") == "scope") & (pl.col("name") == scope))
-             .select("sample", added=pl.col("value_us") * pct / 100))
-    parts = scope.split("/")
-    ancestors = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    hit = step | ((pl.col("kind") == "scope") & pl.col("name").is_in(ancestors))
+    wall = step & (pl.col("name") == "step time")
+    if scope is None or scope == "idle":
+        added = (s.samples.filter(wall).select("sample", added=pl.col("value_us") * pct / 100))
+        hit = step if scope is None else wall
+    else:
+        added = (s.samples.filter((pl.col("kind") == "scope") & (pl.col("name") == scope))
+                 .select("sample", added=pl.col("value_us") * pct / 100))
+        parts = scope.split("/")
+        ancestors = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        hit = step | ((pl.col("kind") == "scope") & pl.col("name").is_in(ancestors))
     out = s.samples.join(added, on="sample", how="left").with_columns(
         value_us=pl.col("value_us") + pl.when(hit).then(pl.col("added")).otherwise(0.0)
     ).drop("added")
@@ -86,7 +92,7 @@ def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
 
 def called(result, scope: str | None) -> bool:
     reg = result.regressions
-    if scope is None:
+    if scope is None or scope == "idle":
         return bool((reg["kind"] == "step").any())
     return bool(((reg["kind"] == "scope") & (reg["name"] == scope)).any())
 
@@ -97,7 +103,7 @@ def floors(runs: list[Samples]) -> pl.DataFrame:
         r = compare(a, b).rows
         rows.append(r.select("kind", "name", "share_pct", "norm_change_pct", "effect_pct"))
     d = pl.concat(rows).filter(pl.col("effect_pct").is_not_null())
-    size = (pl.when(pl.col("kind") == "step").then(pl.lit("step time"))
+    size = (pl.when(pl.col("kind") == "step").then(pl.col("name"))
             .when(pl.col("share_pct") >= 10).then(pl.lit(">=10% of step"))
             .when(pl.col("share_pct") >= 3).then(pl.lit("3-10%"))
             .when(pl.col("share_pct") >= 1).then(pl.lit("1-3%"))
@@ -134,7 +140,8 @@ def study(name: str, base: list[Samples], wide: list[Samples], resamples: int,
                     "example": str(first) if first else ""})
         cases = [(scope5, s, f"{scope5} +{s}% ({share5:.0%} of step)") for s in SLOWDOWNS]
         cases += [(scope3, 200, f"{scope3} 3x ({share3:.0%} of step)"),
-                  (None, 30, "step time +30%")]
+                  (None, 30, "step time +30% (more op work, no scope)"),
+                  ("idle", 30, "step time +30% (idle, no op time)")]
         for scope, pct, label in cases:
             hits = 0
             chosen = rng.sample(pairs, min(len(pairs), 40))

@@ -145,7 +145,7 @@ def test_json_report_never_holds_nan_or_infinity(tmp_path):
     # A metric that is 0 in every base step has no percent change (division by zero):
     # it must be null in the JSON report, which strict parsers must accept.
     out = run_cli(["compare", COMPARE / "base_a", COMPARE / "slow_dense2", "--no-cache",
-                   "--format", "json"], expect_exit=1).output
+                   "--format", "json"], expect_exit=1).stdout
 
     def refuse(token):
         raise AssertionError(f"non-JSON token {token}")

@@ -126,7 +126,7 @@ def test_baseline_file_compares_like_the_run(samples, tmp_path):
 
 def test_report_formats(tmp_path):
     args = ["compare", COMPARE / "base_a", COMPARE / "slow_dense2", "--no-cache"]
-    doc = json.loads(run_cli([*args, "--format", "json"], expect_exit=1).output)
+    doc = json.loads(run_cli([*args, "--format", "json"], expect_exit=1).stdout)
     assert doc["schema"] == 2 and doc["regressions"] > 0 and doc["method"].startswith("exact")
     assert {"kind", "name", "verdict", "base_median_us", "new_median_us", "change_pct",
             "effect_pct", "effect_ci95_pct", "p_value", "p_adjustment"} <= set(doc["metrics"][0])

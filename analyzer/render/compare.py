@@ -42,7 +42,7 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
     out = []
     for r in c.rows.iter_rows(named=True):
         down = r["verdict"] == "improvement"
-        p_kind = "step time alone" if r["kind"] == "step" else "Benjamini-Hochberg"
+        p_kind = "step level, Bonferroni" if r["kind"] == "step" else "Benjamini-Hochberg"
         out.append({
             "kind": r["kind"], "name": r["name"], "verdict": r["verdict"],
             "base_median_us": _num(r["base_median_us"]), "new_median_us": _num(r["new_median_us"]),
@@ -104,7 +104,7 @@ def verdict_line(r: dict[str, Any], method: str) -> str:
 
 def compare_text(c: Comparison) -> str:
     recs = _records(c)
-    step = next((r for r in recs if r["kind"] == "step"), None)
+    step = next((r for r in recs if r["kind"] == "step" and r["name"] == "step time"), None)
     lines = [f"base {c.base}  vs  new {c.new}"]
     if step:
         lines.append(f"step time: median {_fmt(step['base_median_us'])} -> "
@@ -142,7 +142,7 @@ def compare_text(c: Comparison) -> str:
 def compare_markdown(c: Comparison) -> str:
     recs = _records(c)
     status = "❌ regression" if c.regressions.height else "✅ no regression"
-    step = next((r for r in recs if r["kind"] == "step"), None)
+    step = next((r for r in recs if r["kind"] == "step" and r["name"] == "step time"), None)
     out = [f"### runlens: {status}", ""]
     if step:
         out.append(f"Step time (median): **{_fmt(step['base_median_us'])} → "
