@@ -436,8 +436,8 @@ def _emit(text: str, output: str | None) -> None:
               default=0.01, show_default=True,
               help="Significance level: exact Mann-Whitney U for step time alone, "
                    "Benjamini-Hochberg over scopes and op types.")
-@click.option("--keep-warmup", is_flag=True,
-              help="Keep the leading warm-up steps in the test (left out by default).")
+@click.option("--keep-outliers", is_flag=True,
+              help="Keep warm-up and outlier steps in the test (left out by default).")
 @click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
               show_default=True, help="Compare step time, op types, name scopes, or all.")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
@@ -450,7 +450,7 @@ def _emit(text: str, output: str | None) -> None:
               help="Write the report to this file instead of stdout.")
 @no_cache_option
 @handle_errors
-def compare(base: str, new: str, threshold: float, alpha: float, keep_warmup: bool, by: str,
+def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool, by: str,
             scope_depth: int, no_normalize: bool, fmt: str, output: str | None,
             no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
@@ -460,7 +460,7 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_warmup: bo
     with exact one-sided Mann-Whitney U tests (step time alone; scopes and op types under
     Benjamini-Hochberg); a regression must be significant and its change (Hodges-Lehmann,
     after dividing out a machine-wide factor) above an effect-size floor measured between
-    separate runs (docs/ci.md). Leading warm-up steps are left out. Exit 0: no
+    separate runs (docs/ci.md). Warm-up and outlier steps are left out. Exit 0: no
     regression; 1: regression; 2: bad input.
 
     \b
@@ -474,7 +474,7 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_warmup: bo
     result = run_compare(_samples(base, no_cache, scope_depth),
                          _samples(new, no_cache, scope_depth), threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
-                         keep_warmup=keep_warmup)
+                         keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
     _emit(RENDERERS[fmt](result), output)

@@ -5,7 +5,7 @@ time of each op type and each name scope (tfprof's micros per execution, summed)
 baseline file (analyzer.baseline) is exactly these samples as JSON.
 
 The decision is documented, with its measured false-alarm and detection rates, in
-docs/ci.md: leading warm-up steps are left out (analyzer.warmup), the new run is divided
+docs/ci.md: warm-up and outlier steps are left out (analyzer.warmup), the new run is divided
 by a machine-wide factor (the median new/base ratio over nodes, so a uniformly slower
 machine is not a regression), step time is tested alone and scopes/op types as one
 Benjamini-Hochberg family, with exact Mann-Whitney p-values, and every call also needs a
@@ -35,13 +35,14 @@ FACTOR_MIN_NODES = 5
 FACTOR_MIN_US = 5.0
 FACTOR_OUTLIER = 1.5  # nodes whose ratio is this far from the first estimate changed locally
 NOISE_FLOOR = 0.01  # a metric must be at least this share of the median step to be called
-# Effect-size floors: the smallest normalized change (Hodges-Lehmann, new/base - 1) that
-# may be called a regression, by the metric's share of the median step. Set above the
-# run-to-run variation measured between separate same-config processes
-# (benchmarks/ci_validation.py --floors; docs/ci.md has the table).
+# Effect-size floors: the lower end of a regression's 95% interval (normalized
+# Hodges-Lehmann change, new/base - 1) must reach its metric's floor. Each floor is the
+# largest lower end seen between separate same-config processes (8 runs of each of two
+# models, every ordered pair, `benchmarks/ci_validation.py --floors`; docs/ci.md),
+# rounded up to the next 10%.
 STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics
 STEP_FLOORS = {STEP_TIME: 0.50, OP_TIME: 0.20}
-SCOPE_FLOORS = ((0.10, 0.25), (0.03, 0.40), (NOISE_FLOOR, 0.75))  # (share >=, floor)
+SCOPE_FLOORS = ((0.10, 0.70), (0.03, 0.70), (NOISE_FLOOR, 0.80))  # (share >=, floor)
 
 
 @dataclass
@@ -149,8 +150,8 @@ class Comparison:
     warnings: list[str]
     base: str
     new: str
-    excluded: dict[str, list[str]] = field(default_factory=dict)  # side -> warm-up steps
-    outliers: dict[str, list[str]] = field(default_factory=dict)  # side -> kept outliers
+    excluded: dict[str, list[str]] = field(default_factory=dict)  # side -> steps left out
+    outliers: dict[str, list[str]] = field(default_factory=dict)  # side -> flagged, kept
 
     @property
     def regressions(self) -> pl.DataFrame:
@@ -212,25 +213,29 @@ def _align(base: Samples, new: Samples, kinds: list[str]):
     return keys, b, n, present_b, present_n
 
 
-def _warmup(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples, dict, dict]:
+def _outliers(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples, dict,
+                                                                  dict]:
+    """Leave out each side's warm-up and outlier steps (analyzer.warmup), unless `keep`."""
     excluded: dict[str, list[str]] = {}
     outliers: dict[str, list[str]] = {}
     out = []
     for side, s in (("base", base), ("new", new)):
         flags = warmup_steps(s)
-        warm = flags.filter("warmup")["sample"].to_list()
-        outliers[side] = flags.filter(pl.col("outlier") & ~pl.col("warmup"))["sample"].to_list()
-        if warm and not keep:
-            excluded[side] = warm
-            s = drop_samples(s, warm)
-        elif warm:
-            outliers[side] = warm + outliers[side]
+        gone = flags.filter("left_out")["sample"].to_list()
+        flagged = flags.filter(pl.col("warmup") | pl.col("outlier"))["sample"].to_list()
+        if gone and not keep:
+            excluded[side] = gone
+            s = drop_samples(s, gone)
+        kept = [x for x in flagged if x not in excluded.get(side, [])]
+        if kept:
+            outliers[side] = kept
         out.append(s)
     return out[0], out[1], excluded, outliers
 
 
 def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: float = 0.01,
-            by: str = "all", normalize: bool = True, keep_warmup: bool = False) -> Comparison:
+            by: str = "all", normalize: bool = True, keep_outliers: bool = False
+            ) -> Comparison:
     """Compare per-step samples; one row per metric with medians, effect, p and verdict.
 
     The decision (docs/ci.md): step time is tested on its own (exact one-sided
@@ -241,10 +246,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     below-floor.
     """
     warnings: list[str] = []
-    base, new, excluded, outliers = _warmup(base, new, keep_warmup)
+    base, new, excluded, outliers = _outliers(base, new, keep_outliers)
     for side, steps in excluded.items():
-        warnings.append(f"{side}: left out {len(steps)} warm-up step(s) "
-                        f"({', '.join(steps)}); --keep-warmup keeps them")
+        warnings.append(f"{side}: left out {len(steps)} warm-up/outlier step(s) "
+                        f"({', '.join(steps)}); --keep-outliers keeps them")
     factor, factor_nodes = machine_factor(base, new) if normalize else (1.0, 0)
     if normalize and factor_nodes < FACTOR_MIN_NODES:
         warnings.append(f"only {factor_nodes} nodes with >= {FACTOR_MIN_US:.0f}us in both "
@@ -326,9 +331,13 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
             verdicts.append("below-floor")
         else:
             least = max(f, threshold)
-            if sig_up[i] and ratio[i] - 1 >= least:
+            # The change must reach the floor with 95% confidence: the interval's near
+            # end, not only the estimate (no interval without a test: the estimate).
+            up = r_low[i] if testable else ratio[i]
+            down = r_high[i] if testable else ratio[i]
+            if sig_up[i] and up - 1 >= least:
                 verdicts.append("regression")
-            elif sig_down[i] and 1 / ratio[i] - 1 >= least:
+            elif sig_down[i] and 1 / down - 1 >= least:
                 verdicts.append("improvement")
             else:
                 verdicts.append("unchanged")

@@ -15,9 +15,10 @@ process, started about a minute apart, 30 traced steps each.
   Detected = exit 1 with the injected scope (or a step-level metric) called a regression.
 - Real regression: tf_wide_* / mlp_wide_* (one block's MLP 8x wider / dense2 4x wider)
   against tf_base_* / mlp_base_*.
-- `--floors`: the run-to-run variation that sets the effect-size floors: for every pair
-  of same-config runs (all 30 steps, warm-up left out), the normalized median change of
-  each metric, by the metric's share of the step.
+- `--floors`: the run-to-run variation that sets the effect-size floors: for every
+  ordered pair of same-config runs (all 30 steps, warm-up left out), each metric's
+  normalized Hodges-Lehmann change (p95, p99, max) and the largest lower end of its 95%
+  interval, by the metric's share of the step.
 
 usage: python benchmarks/ci_validation.py CAPTURE_DIR [--floors] [--resamples 4]
 """
@@ -83,10 +84,10 @@ def inject(s: Samples, scope: str | None, pct: float) -> Samples:
 def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
     """The depth >= 2 scope whose median share of the step is smallest but >= least."""
     med = s.samples.group_by("kind", "name").agg(pl.col("value_us").median())
-    step = float(med.filter(pl.col("kind") == "step")["value_us"][0])
+    step = float(med.filter(pl.col("name") == "step time")["value_us"][0])
     scopes = (med.filter((pl.col("kind") == "scope") & pl.col("name").str.contains("/"))
               .with_columns(share=pl.col("value_us") / step)
-              .filter(pl.col("share") >= least_share).sort("share"))
+              .filter(pl.col("share") >= least_share).sort("share", "name"))
     return scopes["name"][0], float(scopes["share"][0])
 
 
@@ -101,7 +102,7 @@ def floors(runs: list[Samples]) -> pl.DataFrame:
     rows = []
     for a, b in itertools.permutations(runs, 2):
         r = compare(a, b).rows
-        rows.append(r.select("kind", "name", "share_pct", "norm_change_pct", "effect_pct"))
+        rows.append(r.select("kind", "name", "share_pct", "effect_pct", "effect_low_pct"))
     d = pl.concat(rows).filter(pl.col("effect_pct").is_not_null())
     size = (pl.when(pl.col("kind") == "step").then(pl.col("name"))
             .when(pl.col("share_pct") >= 10).then(pl.lit(">=10% of step"))
@@ -110,9 +111,10 @@ def floors(runs: list[Samples]) -> pl.DataFrame:
             .otherwise(pl.lit("<1%")))
     return (d.with_columns(size=size, up=pl.col("effect_pct"))
             .group_by("size").agg(metrics=pl.len(),
-                                  p95=pl.col("up").quantile(0.95),
-                                  p99=pl.col("up").quantile(0.99),
-                                  max=pl.col("up").max())
+                                  p95=pl.col("up").quantile(0.95).round(1),
+                                  p99=pl.col("up").quantile(0.99).round(1),
+                                  max=pl.col("up").max().round(1),
+                                  max_ci_low=pl.col("effect_low_pct").max().round(1))
             .sort("size"))
 
 
@@ -167,8 +169,21 @@ def main() -> None:
     ap.add_argument("capture", type=Path)
     ap.add_argument("--floors", action="store_true", help="only the run-to-run variation")
     ap.add_argument("--resamples", type=int, default=4)
+    ap.add_argument("--scope-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
+                    help="try other scope floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
+    ap.add_argument("--step-floors", type=float, nargs=2, metavar=("STEP", "OP"),
+                    help="try other step time / op time floors (%%)")
     args = ap.parse_args()
     started = time.monotonic()
+    import analyzer.compare as gate
+
+    if args.scope_floors:
+        big, mid, small = (f / 100 for f in args.scope_floors)
+        gate.SCOPE_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
+    if args.step_floors:
+        gate.STEP_FLOORS = {gate.STEP_TIME: args.step_floors[0] / 100,
+                            gate.OP_TIME: args.step_floors[1] / 100}
+    print(f"floors: step {gate.STEP_FLOORS}, scopes/op types {gate.SCOPE_FLOORS}")
     models = {"transformer": ("tf_base", "tf_wide"), "mlp": ("mlp_base", "mlp_wide")}
     pl.Config.set_tbl_rows(100)
     pl.Config.set_tbl_width_chars(200)

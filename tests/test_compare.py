@@ -130,7 +130,7 @@ def test_report_formats(tmp_path):
     assert doc["schema"] == 2 and doc["regressions"] > 0 and doc["method"].startswith("exact")
     assert {"kind", "name", "verdict", "base_median_us", "new_median_us", "change_pct",
             "effect_pct", "effect_ci95_pct", "p_value", "p_adjustment"} <= set(doc["metrics"][0])
-    md = run_cli([*args, "--format", "markdown"], expect_exit=1).output
+    md = run_cli([*args, "--format", "markdown"], expect_exit=1).stdout
     assert md.startswith("### runlens: ❌ regression") and "| 🔺 |" in md
     out = tmp_path / "junit.xml"
     run_cli([*args, "--format", "junit", "-o", out], expect_exit=1)

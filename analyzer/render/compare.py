@@ -65,7 +65,7 @@ def _header(c: Comparison) -> dict[str, Any]:
         "base": c.base, "new": c.new, "method": c.method, "alpha": c.alpha,
         "threshold_pct": c.threshold_pct, "machine_factor": _num(c.factor, 4),
         "machine_factor_nodes": c.factor_nodes, "regressions": c.regressions.height,
-        "warmup_excluded": c.excluded, "outlier_steps": c.outliers,
+        "steps_left_out": c.excluded, "outlier_steps_kept": c.outliers,
         "warnings": c.warnings,
     }
 
