@@ -434,8 +434,8 @@ def _emit(text: str, output: str | None) -> None:
                                   "effect-size floors (docs/ci.md).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.01, show_default=True,
-              help="Significance level: exact Mann-Whitney U for step time alone, "
-                   "Benjamini-Hochberg over scopes and op types.")
+              help="Significance level: exact Mann-Whitney U for step time and op time "
+                   "(Bonferroni), Benjamini-Hochberg over scopes and op types.")
 @click.option("--keep-outliers", is_flag=True,
               help="Keep warm-up and outlier steps in the test (left out by default).")
 @click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
@@ -456,12 +456,13 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
-    a baseline file. Per-step samples of step time, op types and name scopes are compared
-    with exact one-sided Mann-Whitney U tests (step time alone; scopes and op types under
-    Benjamini-Hochberg); a regression must be significant and its change (Hodges-Lehmann,
-    after dividing out a machine-wide factor) above an effect-size floor measured between
-    separate runs (docs/ci.md). Warm-up and outlier steps are left out. Exit 0: no
-    regression; 1: regression; 2: bad input.
+    a baseline file. Per-step samples of step time, op time, op types and name scopes are
+    compared with exact one-sided Mann-Whitney U tests (step time and op time on their
+    own; scopes and op types under Benjamini-Hochberg); a regression must be significant
+    and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
+    effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
+    Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
+    input.
 
     \b
     Examples:

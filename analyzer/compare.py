@@ -238,12 +238,13 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
             ) -> Comparison:
     """Compare per-step samples; one row per metric with medians, effect, p and verdict.
 
-    The decision (docs/ci.md): step time is tested on its own (exact one-sided
-    Mann-Whitney, p < alpha); scopes and op types of at least NOISE_FLOOR of the step are
-    one family under Benjamini-Hochberg (q < alpha). Either way the normalized
-    Hodges-Lehmann change must also reach the metric's effect-size floor (and
-    `threshold_pct`). Verdicts: regression, improvement, unchanged, new, vanished,
-    below-floor.
+    The decision (docs/ci.md): step time and op time are tested on their own (exact
+    one-sided Mann-Whitney, Bonferroni over the two); scopes and op types of at least
+    NOISE_FLOOR of the step are one family under Benjamini-Hochberg (q < alpha). Either
+    way the lower end of the 95% interval of the normalized Hodges-Lehmann change must
+    reach the metric's effect-size floor (and `threshold_pct`). Warm-up and outlier steps
+    are left out unless `keep_outliers`. Verdicts: regression, improvement, unchanged,
+    new, vanished, below-floor.
     """
     warnings: list[str] = []
     base, new, excluded, outliers = _outliers(base, new, keep_outliers)
