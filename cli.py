@@ -455,13 +455,16 @@ def _emit(text: str, output: str | None) -> None:
 @main.command()
 @click.argument("base", metavar="BASE", type=click.Path())
 @click.argument("new", metavar="NEW", type=click.Path())
-@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
-                                  "noise) that counts as a regression.")
+                                  "noise) that counts as a regression, on top of the "
+                                  "effect-size floors (docs/ci.md).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.01, show_default=True,
-              help="Significance level of the Mann-Whitney U test (Holm-corrected over all "
-                   "compared metrics).")
+              help="Significance level: exact Mann-Whitney U for step time and op time "
+                   "(Bonferroni), Benjamini-Hochberg over scopes and op types.")
+@click.option("--keep-outliers", is_flag=True,
+              help="Keep warm-up and outlier steps in the test (left out by default).")
 @click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
               show_default=True, help="Compare step time, op types, name scopes, or all.")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
@@ -474,16 +477,19 @@ def _emit(text: str, output: str | None) -> None:
               help="Write the report to this file instead of stdout.")
 @no_cache_option
 @handle_errors
-def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_depth: int,
-            no_normalize: bool, fmt: str, output: str | None, no_cache: bool) -> None:
+def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool, by: str,
+            scope_depth: int, no_normalize: bool, fmt: str, output: str | None,
+            no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
-    a baseline file. Per-step samples of step time, op types and name scopes are compared
-    with a one-sided Mann-Whitney U test; a regression must be significant and larger than
-    --threshold after dividing out a machine-wide factor (every op slower by a similar
-    factor is machine noise, not a regression). Exit 0: no regression; 1: regression;
-    2: bad input.
+    a baseline file. Per-step samples of step time, op time, op types and name scopes are
+    compared with exact one-sided Mann-Whitney U tests (step time and op time on their
+    own; scopes and op types under Benjamini-Hochberg); a regression must be significant
+    and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
+    effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
+    Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
+    input.
 
     \b
     Examples:
@@ -495,7 +501,8 @@ def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_
 
     result = run_compare(_samples(base, no_cache, scope_depth),
                          _samples(new, no_cache, scope_depth), threshold_pct=threshold,
-                         alpha=alpha, by=by, normalize=not no_normalize)
+                         alpha=alpha, by=by, normalize=not no_normalize,
+                         keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
     _emit(RENDERERS[fmt](result), output)
