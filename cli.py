@@ -344,8 +344,9 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
     from analyzer.errors import RunlensError
+    from analyzer.render.units import lacks_by_reason
     from analyzer.render.views import RENDERERS
-    from analyzer.views import VIEWS, ViewOptions
+    from analyzer.views import VIEW_NEEDS, VIEWS, ViewOptions
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
@@ -355,6 +356,13 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     if options.step >= 0 and options.step not in run.steps:
         raise RunlensError(f"{run_dir}: step {options.step} was not traced "
                            f"(traced steps: {_short_list(run.steps)})")
+    for why, what in lacks_by_reason(run.lacks).items():
+        click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
+    missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
+    if missing:
+        click.echo(f"analyze: {kind} view skipped: needs "
+                   + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
+        return
     click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
 
 
