@@ -33,7 +33,7 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events")
+SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events", "tfprof")
 
 
 @dataclass(frozen=True)
