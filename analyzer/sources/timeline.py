@@ -43,6 +43,7 @@ Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"
 _NUMBER_RE = re.compile(r"(\d+)")
 _WHY = "not in tf.timeline files"
+_INPUT_KEYS = [f"input{i}" for i in range(64)]
 LACKS = {"memory": _WHY, "outputs": _WHY, "code": _WHY, "graph": _WHY}
 
 
@@ -157,6 +158,15 @@ def match_lanes(run: list[Event], reference: list[Event], pids: list[int]) -> di
 
 def inputs(args: dict[str, Any]) -> list[str]:
     """args input0, input1, ... in index order (JSON key order is not reliable)."""
+    n = len(args) - 2  # the usual case: name, op and n inputs
+    if n <= 0:
+        if n == 0 and "name" in args and "op" in args:
+            return []
+    else:
+        try:
+            return [args[_INPUT_KEYS[i]] for i in range(n)]
+        except (KeyError, IndexError):
+            pass
     found = {int(k[5:]): v for k, v in args.items() if k.startswith("input") and k[5:].isdigit()}
     if sorted(found) != list(range(len(found))):
         raise ValueError(f"inputs of {args.get('name')!r} are not numbered 0..n-1")
@@ -196,18 +206,22 @@ _COLUMNS = ("step", "exec_idx", "lane", "node_name", "timeline_label", "all_star
 
 def _rows(events: list[Event], mapping: dict[int, int], lanes: dict[int, str], step: int,
           cols: dict[str, list]) -> None:
-    for idx, e in enumerate(events):
-        device = lanes[mapping[e["pid"]]]
+    devices = {pid: lanes[mapping[pid]] for pid in mapping}
+    traced = {pid: is_gputrace_device(d) for pid, d in devices.items()}
+    lane, names, labels = cols["lane"], cols["node_name"], cols["timeline_label"]
+    starts, durs, tids = cols["all_start_us"], cols["dur_us"], cols["thread_id"]
+    for e in events:
+        pid = e["pid"]
         args = e["args"]
         name, op = args["name"], args["op"]
-        cols["step"].append(step)
-        cols["exec_idx"].append(idx)
-        cols["lane"].append(device)
-        cols["node_name"].append(node_name(name, op, device))
-        cols["timeline_label"].append(label(name, op, args))
-        cols["all_start_us"].append(int(e["ts"]))
-        cols["dur_us"].append(int(e["dur"]))
-        cols["thread_id"].append(int(e["tid"]))
+        lane.append(devices[pid])
+        names.append(f"{name}:{op}" if traced[pid] and op != "unknown" else name)
+        labels.append(f"{name} = {op}({', '.join(inputs(args))})")
+        starts.append(int(e["ts"]))
+        durs.append(int(e["dur"]))
+        tids.append(int(e["tid"]))
+    cols["step"].extend([step] * len(events))
+    cols["exec_idx"].extend(range(len(events)))
 
 
 def file_rows(path: Path, first_step: int | None, one_step: bool,
@@ -220,10 +234,13 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
     if not lanes:
         raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
                              "process)")
-    runs = runs_in_order(events, lanes)
-    if one_step and len(runs) > 1:
-        runs = [(sorted((e for r, _ in runs for e in r), key=lambda e: e["pid"]),
-                 {p: p for p in lanes})]
+    if one_step:  # one session.run: its lanes in pid order, as dev_stats were
+        ops = [e for e in events
+               if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid") in lanes]
+        ops.sort(key=lambda e: e["pid"])  # stable: each lane keeps its order
+        runs = [(ops, {p: p for p in lanes})]
+    else:
+        runs = runs_in_order(events, lanes)
     start = first_step if first_step is not None else 1
     mark = len(cols["step"])
     try:
@@ -287,34 +304,98 @@ class TimelineSource:
         return [Part(self.kind, path, "worker:0", tuple(str(f) for f in files))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        cols: dict[str, list] = {c: [] for c in _COLUMNS}
-        warnings: list[str] = []
-        folder = part.path.is_dir()
-        used: set[int] = set()
-        for n, name in enumerate(part.files):
-            path = Path(name)
-            step = _step_of(path) if folder or len(part.files) > 1 else None
-            if step is None or step in used:
-                step = max(used, default=0) + 1
-            mark = len(cols["step"])
-            try:
-                count = file_rows(path, step, one_step=folder, cols=cols)
-            except InputFileError as e:
-                if not folder:
-                    raise
-                warnings.append(str(e))
-                continue
-            named = _step_of(path)
-            if not folder and count == 1 and named is not None:  # a lone timeline-<N>.json
-                cols["step"][mark:] = [named] * (len(cols["step"]) - mark)
-            used.update(range(step, step + count))
-            if progress is not None:
-                progress(n + 1, len(part.files))
-        if not cols["step"]:
+        if part.path.is_dir():
+            frame, warnings = _read_folder(part.files, jobs, progress)
+        else:
+            frame, warnings = _read_lone(Path(part.files[0])), []
+        if frame is None:
             raise RunDirError(f"{part.path}: no readable tf.timeline file "
                               f"({len(warnings)} skipped; first: "
                               f"{warnings[0] if warnings else 'none'})")
-        return SourceFrames({"nodes": nodes_frame(cols)}, warnings, dict(LACKS))
+        return SourceFrames({"nodes": frame}, warnings, dict(LACKS))
+
+
+def _read_lone(path: Path) -> pl.DataFrame:
+    """One file: one step (numbered from its name, else 1) or merged runs (1..N)."""
+    cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    count = file_rows(path, 1, one_step=False, cols=cols)
+    named = _step_of(path)
+    if count == 1 and named is not None:  # a lone timeline-<N>.json
+        cols["step"] = [named] * len(cols["step"])
+    return nodes_frame(cols)
+
+
+def folder_steps(files: tuple[str, ...]) -> list[int]:
+    """Each file's step: the last number in its name; the next free one when it has none
+    or another file has it."""
+    steps: list[int] = []
+    used: set[int] = set()
+    for name in files:
+        step = _step_of(Path(name))
+        if step is None or step in used:
+            step = max(used, default=0) + 1
+        used.add(step)
+        steps.append(step)
+    return steps
+
+
+def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list[str]]:
+    """Files of a folder, one step each -> their executions and one warning per file
+    skipped (a process-pool worker runs this on a chunk)."""
+    cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    warnings = []
+    for name, step in items:
+        try:
+            file_rows(Path(name), step, one_step=True, cols=cols)
+        except InputFileError as e:
+            warnings.append(str(e))
+    return (nodes_frame(cols) if cols["step"] else None), warnings
+
+
+PARALLEL_MIN_FILES = 2000  # below this, starting processes costs more than it saves
+
+
+def _read_folder(files: tuple[str, ...], jobs: int, progress: Progress | None
+                 ) -> tuple[pl.DataFrame | None, list[str]]:
+    """Every file of a folder, in chunks; in processes when there are many (the JSON
+    decoding and the walk over events hold the GIL)."""
+    items = list(zip(files, folder_steps(files), strict=True))
+    size = max(1, -(-len(items) // (jobs * 4)))
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    results = None
+    if jobs > 1 and len(items) >= PARALLEL_MIN_FILES:
+        results = _in_processes(chunks, jobs, progress)
+    if results is None:
+        results = []
+        done = 0
+        for chunk in chunks:
+            results.append(_read_files(chunk))
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(items))
+    frames = [f for f, _ in results if f is not None]
+    warnings = [w for _, ws in results for w in ws]
+    return (pl.concat(frames, how="vertical") if frames else None), warnings
+
+
+def _in_processes(chunks: list[list[tuple[str, int]]], jobs: int, progress: Progress | None
+                  ) -> list[tuple[pl.DataFrame | None, list[str]]] | None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            out, done, total = [], 0, sum(len(c) for c in chunks)
+            for chunk, result in zip(chunks, pool.map(_read_files, chunks), strict=True):
+                out.append(result)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+            return out
+    except (BrokenProcessPool, OSError, RuntimeError):
+        return None  # no pool here (see analyzer/load.py): read them in this process
 
 
 SOURCE = TimelineSource()
