@@ -170,7 +170,8 @@ def _executions(profile: Any) -> pl.DataFrame:
                          "all_start_us": start_c, "dur_us": dur_c},
                         schema={"step": pl.Int64, "lane": pl.String, "node_name": pl.String,
                                 "all_start_us": pl.Int64, "dur_us": pl.Int64})
-    values = list(zip(*mem_values, strict=True)) if mem_values else [[] for _ in range(5)]
+    values: list[Any] = (list(zip(*mem_values, strict=True)) if mem_values
+                         else [[] for _ in range(5)])
     memory = pl.DataFrame(
         {"step": mem_step, "lane": mem_lane, "node_name": mem_name,
          **dict(zip(memory_columns, values, strict=True))},
