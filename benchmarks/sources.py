@@ -59,11 +59,14 @@ def best(fn: Callable[[], Any], repeat: int, before: Callable[[], None] | None =
     return min(times)
 
 
+JOBS: int | None = None  # load_run(jobs=...); None: os.cpu_count()
+
+
 def runlens_work(path: Path, use_cache: bool, views: tuple[str, ...]) -> None:
     from analyzer.load import load_run
     from analyzer.views import VIEWS, ViewOptions
 
-    run = load_run(path, use_cache=use_cache)
+    run = load_run(path, use_cache=use_cache, jobs=JOBS)
     for kind in views:
         VIEWS[kind](run, ViewOptions())
 
@@ -211,7 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--oracle-steps", type=int, default=1_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["timeline", "tfprof"])
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="load_run(jobs=...) (default: os.cpu_count())")
     a = ap.parse_args(argv)
+    global JOBS
+    JOBS = a.jobs
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()

@@ -341,7 +341,7 @@ def folder_steps(files: tuple[str, ...]) -> list[int]:
 
 def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list[str]]:
     """Files of a folder, one step each -> their executions and one warning per file
-    skipped (a process-pool worker runs this on a chunk)."""
+    skipped."""
     cols: dict[str, list] = {c: [] for c in _COLUMNS}
     warnings = []
     for name, step in items:
@@ -352,50 +352,22 @@ def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list
     return (nodes_frame(cols) if cols["step"] else None), warnings
 
 
-PARALLEL_MIN_FILES = 2000  # below this, starting processes costs more than it saves
-
-
 def _read_folder(files: tuple[str, ...], jobs: int, progress: Progress | None
                  ) -> tuple[pl.DataFrame | None, list[str]]:
-    """Every file of a folder, in chunks; in processes when there are many (the JSON
-    decoding and the walk over events hold the GIL)."""
+    """Every file of a folder, one step each, in chunks of 500 (progress per chunk).
+
+    Serial: two processes read 10,000 ProfilerHook files no faster on the shared 2-core
+    machine of benchmarks/README.md (4.3 s vs 4.7 s under load), so `jobs` is unused."""
     items = list(zip(files, folder_steps(files), strict=True))
-    size = max(1, -(-len(items) // (jobs * 4)))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    results = None
-    if jobs > 1 and len(items) >= PARALLEL_MIN_FILES:
-        results = _in_processes(chunks, jobs, progress)
-    if results is None:
-        results = []
-        done = 0
-        for chunk in chunks:
-            results.append(_read_files(chunk))
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(items))
-    frames = [f for f, _ in results if f is not None]
-    warnings = [w for _, ws in results for w in ws]
+    frames, warnings = [], []
+    for start in range(0, len(items), 500):
+        frame, skipped = _read_files(items[start:start + 500])
+        if frame is not None:
+            frames.append(frame)
+        warnings += skipped
+        if progress is not None:
+            progress(min(start + 500, len(items)), len(items))
     return (pl.concat(frames, how="vertical") if frames else None), warnings
-
-
-def _in_processes(chunks: list[list[tuple[str, int]]], jobs: int, progress: Progress | None
-                  ) -> list[tuple[pl.DataFrame | None, list[str]]] | None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    try:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            out, done, total = [], 0, sum(len(c) for c in chunks)
-            for chunk, result in zip(chunks, pool.map(_read_files, chunks), strict=True):
-                out.append(result)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, total)
-            return out
-    except (BrokenProcessPool, OSError, RuntimeError):
-        return None  # no pool here (see analyzer/load.py): read them in this process
 
 
 SOURCE = TimelineSource()
