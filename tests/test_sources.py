@@ -64,3 +64,25 @@ def test_source_option_forces_a_kind():
     result = run_cli(["summary", "--no-cache", "--source", "tfprof", SRC / "profilerhook"],
                      expect_exit=2)
     assert result.output.count("\n") == 1 and "profile_<step>" in result.output
+
+
+TRUNCATED = [
+    (SRC / "profilerhook" / "timeline-3.json", "timeline", 2),
+    (SRC / "runmetadata" / "run_metadata_1.pb", "runmetadata", 2),
+    (SRC / "runmetadata" / "run_metadata_2.pbtxt", "runmetadata", 2),
+    (SRC / "profilerhook" / "events.out.tfevents.0.fixture", "events", 0),  # earlier records
+    (SRC / "tfprof" / "profile_4", "tfprof", 2),
+]
+
+
+@pytest.mark.parametrize(("original", "kind", "code"), TRUNCATED,
+                         ids=[k + p.suffix for p, k, _ in TRUNCATED])
+def test_a_truncated_file_of_every_kind_is_one_line_naming_it(original, kind, code, tmp_path):
+    """Exit 2 with one line naming the file; an event file keeps the records before the
+    cut and says which one it could not read."""
+    target = tmp_path / original.name
+    raw = original.read_bytes()
+    target.write_bytes(raw[: len(raw) * 2 // 3])
+    result = run_cli(["summary", "--no-cache", "--source", kind, target], expect_exit=code)
+    lines = [line for line in result.output.splitlines() if line.startswith("analyze:")]
+    assert len(lines) == 1 and str(target) in lines[0]

@@ -230,12 +230,15 @@ class TfprofSource:
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         path = Path(part.files[0])
         profile = parse(path)
-        op_log, code = _op_log_and_code(profile)
+        try:
+            op_log, code = _op_log_and_code(profile)
+            frames = {"nodes": _executions(profile), "graph_nodes": _graph(profile, str(path)),
+                      "op_log": op_log, "code": code}
+        except (ValueError, IndexError) as e:  # e.g. a run time that is not (start, dur)
+            raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})") from None
         lacks = dict(LACKS)
         if not profile.has_trace or not code.height:
             lacks["code"] = "this tfprof profile has no code traces"
-        frames = {"nodes": _executions(profile), "graph_nodes": _graph(profile, str(path)),
-                  "op_log": op_log, "code": code}
         return SourceFrames(frames, [], lacks)
 
 

@@ -230,23 +230,23 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
 
     `first_step`: the step its (first) run is; `one_step`: never split it."""
     events = load_events(path)
-    lanes = compute_lanes(events)
-    if not lanes:
-        raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
-                             "process)")
-    if one_step:  # one session.run: its lanes in pid order, as dev_stats were
-        ops = [e for e in events
-               if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid") in lanes]
-        ops.sort(key=lambda e: e["pid"])  # stable: each lane keeps its order
-        runs = [(ops, {p: p for p in lanes})]
-    else:
-        runs = runs_in_order(events, lanes)
-    start = first_step if first_step is not None else 1
     mark = len(cols["step"])
     try:
+        lanes = compute_lanes(events)
+        if not lanes:
+            raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
+                                 "process)")
+        if one_step:  # one session.run: its lanes in pid order, as dev_stats were
+            ops = [e for e in events
+                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid") in lanes]
+            ops.sort(key=lambda e: e["pid"])  # stable: each lane keeps its order
+            runs = [(ops, {p: p for p in lanes})]
+        else:
+            runs = runs_in_order(events, lanes)
+        start = first_step if first_step is not None else 1
         for i, (run, mapping) in enumerate(runs):
             _rows(run, mapping, lanes, start + i, cols)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         for values in cols.values():
             del values[mark:]
         raise InputFileError(f"{path}: not a tf.timeline trace (bad event: "
