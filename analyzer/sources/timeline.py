@@ -43,7 +43,8 @@ Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"
 _NUMBER_RE = re.compile(r"(\d+)")
 _WHY = "not in tf.timeline files"
-_INPUT_KEYS = [f"input{i}" for i in range(64)]
+# args keys in the order tf.timeline writes them, by their number (name, op, input0, ...)
+_ARG_KEYS = [["name", "op"][:n] + [f"input{i}" for i in range(n - 2)] for n in range(256)]
 LACKS = {"memory": _WHY, "outputs": _WHY, "code": _WHY, "graph": _WHY}
 
 
@@ -90,13 +91,22 @@ def load_events(path: str | Path) -> list[Event]:
 
 def compute_lanes(events: list[Event]) -> dict[int, str]:
     """pid -> device of every "<device> Compute" process, in pid (= dev_stats) order."""
+    return lanes_and_ops(events)[0]
+
+
+def lanes_and_ops(events: list[Event]) -> tuple[dict[int, str], list[Event]]:
+    """In one pass: the Compute lanes (compute_lanes) and every "X" event (of any pid)."""
     lanes = {}
+    ops = []
     for e in events:
-        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
+        ph = e.get("ph")
+        if ph == "X":
+            ops.append(e)
+        elif ph == "M" and e.get("name") == "process_name":
             name = (e.get("args") or {}).get("name", "")
             if isinstance(name, str) and name.endswith(COMPUTE_SUFFIX):
                 lanes[e["pid"]] = name[: -len(COMPUTE_SUFFIX)]
-    return dict(sorted(lanes.items()))
+    return dict(sorted(lanes.items())), ops
 
 
 def is_gputrace_device(device: str) -> bool:
@@ -158,15 +168,9 @@ def match_lanes(run: list[Event], reference: list[Event], pids: list[int]) -> di
 
 def inputs(args: dict[str, Any]) -> list[str]:
     """args input0, input1, ... in index order (JSON key order is not reliable)."""
-    n = len(args) - 2  # the usual case: name, op and n inputs
-    if n <= 0:
-        if n == 0 and "name" in args and "op" in args:
-            return []
-    else:
-        try:
-            return [args[_INPUT_KEYS[i]] for i in range(n)]
-        except (KeyError, IndexError):
-            pass
+    keys = list(args)
+    if keys == _ARG_KEYS[len(keys)]:  # as tf.timeline writes them: name, op, input0, ...
+        return list(args.values())[2:]
     found = {int(k[5:]): v for k, v in args.items() if k.startswith("input") and k[5:].isdigit()}
     if sorted(found) != list(range(len(found))):
         raise ValueError(f"inputs of {args.get('name')!r} are not numbered 0..n-1")
@@ -232,13 +236,12 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
     events = load_events(path)
     mark = len(cols["step"])
     try:
-        lanes = compute_lanes(events)
+        lanes, ops = lanes_and_ops(events)
         if not lanes:
             raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
                                  "process)")
         if one_step:  # one session.run: its lanes in pid order, as dev_stats were
-            ops = [e for e in events
-                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("pid") in lanes]
+            ops = [e for e in ops if e.get("pid") in lanes]
             ops.sort(key=lambda e: e["pid"])  # stable: each lane keeps its order
             runs = [(ops, {p: p for p in lanes})]
         else:
