@@ -27,6 +27,7 @@ class Float64Ops(Checker):
     code = "RL113"
     name = "float64-ops"
     title = "Double-precision ops"
+    needs = frozenset({"outputs"})
     severity = Severity.WARNING
     severity_note = (f"info on a CPU when float64 ops take less than {CPU_WARNING_SHARE:.0%} "
                      "of op time")

@@ -22,6 +22,7 @@ from analyzer import graph
 from analyzer.graph import critical_path, critical_paths
 from analyzer.load import load_run
 from analyzer.model import Run
+from analyzer.sources import Selection
 from analyzer.render import chrome_trace
 from analyzer.render.chrome_trace import export
 from analyzer.timeline import TimelineOptions, build_trace, parse_step_range
@@ -397,7 +398,7 @@ def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
                     ignore=shutil.ignore_patterns(".runlens"))
     shutil.copytree(FIXTURES / "cnn", tmp_path / "multi" / "cnn",
                     ignore=shutil.ignore_patterns(".runlens"))
-    run = load_run(tmp_path / "multi", use_cache=False, workers=True)  # two jobs: forced
+    run = load_run(tmp_path / "multi", use_cache=False, chosen=Selection(workers=True))  # two jobs: forced
     assert run.workers == ["a_gpu", "cnn"] and not run.outputs.filter(
         pl.col("worker") == "a_gpu").height
     export(run, tmp_path / "m.json", TimelineOptions(tuple(run.steps)))

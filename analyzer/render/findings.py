@@ -8,7 +8,7 @@ import re
 import textwrap
 from typing import Any
 
-from analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us
+from analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
 
 SCHEMA = 1
 
@@ -59,6 +59,10 @@ def _compact(value: Any, key: str = "") -> str:
 def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
     lines = [f"runlens advise: {meta['run']} ({meta['steps']} steps, "
              f"median step {fmt_us(meta['median_step_us'])})"]
+    lines += [f"lacks {', '.join(what)}: {why}"
+              for why, what in lacks_by_reason(meta.get("lacks", {})).items()]
+    lines += [f"skipped {c['code']} {c['name']}: needs {c['reason']}"
+              for c in meta.get("skipped", [])]
     if not findings:
         lines.append("no findings: nothing the checkers know about stands out")
         return "\n".join(lines) + "\n"
