@@ -22,9 +22,9 @@ from analyzer import graph
 from analyzer.graph import critical_path, critical_paths
 from analyzer.load import load_run
 from analyzer.model import Run
-from analyzer.sources import Selection
 from analyzer.render import chrome_trace
 from analyzer.render.chrome_trace import export
+from analyzer.sources import Selection
 from analyzer.timeline import TimelineOptions, build_trace, parse_step_range
 from analyzer.timeline_lanes import sublanes
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
