@@ -320,8 +320,12 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Sort rows (siblings in trees) by this, largest first.")(fn)
     fn = click.option("--step", type=int, default=-1, show_default=True,
                       help="Global step to show; -1 averages over the traced steps.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]),
-                      default="text", show_default=True, help="Output format.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "speedscope",
+                                                           "pprof"]),
+                      default="text", show_default=True,
+                      help="Output format; speedscope and pprof (gzipped profile.proto, to "
+                           "redirect to a file) are flame graphs of the code and scopes "
+                           "views.")(fn)
     return fn
 
 

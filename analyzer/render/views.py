@@ -1,10 +1,12 @@
-"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV."""
+"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV; tree views
+also as flame-graph files (speedscope JSON, gzipped pprof)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 from analyzer.render.units import fmt_bytes, fmt_count, fmt_us
@@ -117,4 +119,21 @@ def view_text(view: View) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"text": view_text, "json": view_json, "csv": view_csv}
+def _flame(fmt: str) -> Callable[[View], str | bytes]:
+    """speedscope and pprof files, imported on use (pprof needs the generated proto)."""
+    def render(view: View) -> str | bytes:
+        if fmt == "pprof":
+            from analyzer.render.pprof import view_pprof
+
+            return view_pprof(view)
+        from analyzer.render.speedscope import view_speedscope
+
+        return view_speedscope(view)
+
+    return render
+
+
+RENDERERS: dict[str, Callable[[View], str | bytes]] = {
+    "text": view_text, "json": view_json, "csv": view_csv,
+    "speedscope": _flame("speedscope"), "pprof": _flame("pprof"),
+}
