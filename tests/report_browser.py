@@ -62,7 +62,7 @@ class PageCheck:
 
         image = Image.open(io.BytesIO(self.screenshot)).convert("L")
         image.thumbnail((400, 4000))
-        return statistics.pstdev(image.getdata())
+        return statistics.pstdev(image.tobytes())
 
 
 def open_page(path: Path, width: int = 1280, full_page: bool = True) -> PageCheck:

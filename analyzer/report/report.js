@@ -1,5 +1,5 @@
 // runlens report: draws the charts of a run page or a comparison page with ECharts, from
-// the JSON in <script id="runlens-data">. Text sections are already HTML (page.py); this
+// the JSON in the runlens-data script element. Text sections are already HTML (page.py); this
 // only fills the <div class="chart"> containers. A chart that fails logs an error (the
 // browser test fails on it) and the others still draw.
 (function () {
