@@ -159,6 +159,10 @@ def compare_body(d: dict[str, Any]) -> str:
         lead = (f"Median step {fmt_us(step['base_median_us'])} → "
                 f"{fmt_us(step['new_median_us'])} ({_change(step)}).")
     warnings = "".join(f"<p class=\"warning\">{escape(w)}</p>" for w in d["warnings"])
+    excluded = "; ".join(f"{side}: {', '.join(map(str, steps))}"
+                         for side, steps in d["excluded"].items() if steps)
+    if excluded:
+        warnings += f"<p class=\"small\">warm-up steps left out: {escape(excluded)}</p>"
     head = (f"<header><h1>runlens comparison: <span class=\"{'bad' if d['regressions'] else 'good'}"
             f"\">{escape(status)}</span></h1>"
             f"<p class=\"small\">base {escape(d['base'])}<br>new {escape(d['new'])}</p>"

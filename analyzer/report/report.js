@@ -57,22 +57,22 @@
     var workers = [];
     s.rows.forEach(function (r) { if (workers.indexOf(r.worker) < 0) workers.push(r.worker); });
     var point = function (r) { return [r.step, r.step_us / 1000, r.worker]; };
+    var many = s.rows.length > 60;
     var series = workers.map(function (w) {
       return {
-        name: w, type: "line", symbolSize: 6, showSymbol: true,
+        name: w, type: "line", symbolSize: 6, showSymbol: !many,
         data: s.rows.filter(function (r) { return r.worker === w; }).map(point),
         markLine: {silent: true, symbol: "none", lineStyle: {type: "dashed"},
                    label: {formatter: function (p) { return "median " + p.value.toFixed(2) + " ms"; }},
                    data: [{type: "median"}]}
       };
     });
-    series.push({name: "warm-up", type: "scatter", symbol: "triangle", symbolSize: 14,
+    series.push({name: "warm-up", type: "scatter", symbol: "triangle", symbolSize: many ? 9 : 14,
                  itemStyle: {color: AMBER}, z: 5,
                  data: s.rows.filter(function (r) { return r.warmup; }).map(point)});
-    series.push({name: "outlier", type: "scatter", symbol: "diamond", symbolSize: 14,
+    series.push({name: "outlier", type: "scatter", symbol: "diamond", symbolSize: many ? 8 : 14,
                  itemStyle: {color: RED}, z: 5,
                  data: s.rows.filter(function (r) { return r.outlier && !r.warmup; }).map(point)});
-    var many = s.rows.length > 60;
     return {
       tooltip: {trigger: "item", formatter: function (p) {
         return esc(p.value[2]) + " step " + p.value[0] + ": " + p.value[1].toFixed(3) + " ms" +
