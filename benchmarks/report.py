@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,10 +47,20 @@ print(time.perf_counter() - t, len(html.encode()))
 """
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each timed child, in order
+
+
 def timed(cmd: list[str]) -> float:
+    """Wall seconds of `cmd`; its CPU seconds go to CPU (on a shared machine the wall time
+    moves with the load, the CPU time much less)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall
 
 
 def main() -> int:
@@ -70,11 +81,14 @@ def main() -> int:
                    "-o", str(page)]
         env_cmd = ["env", f"PYTHONPATH={ROOT}", *analyze]
         cold = []
+        load_before = os.getloadavg()[0]
         for _ in range(args.repeat):
             shutil.rmtree(big / ".runlens", ignore_errors=True)
             cold.append(timed([*env_cmd, "--no-cache"]))
+        cold_cpu = CPU[-args.repeat:]
         timed(env_cmd)  # writes the cache
         warm = [timed(env_cmd) for _ in range(args.repeat)]
+        warm_cpu = CPU[-args.repeat:]
         only = []
         for _ in range(args.repeat):
             out = subprocess.run([sys.executable, "-c", PAGE_ONLY, str(big)], check=True,
@@ -86,12 +100,16 @@ def main() -> int:
         sections = {k: len(json.dumps(v, separators=(",", ":")).encode())
                     for k, v in data.items()}
         print(json.dumps({"machine": machine()}, indent=1))
-        print(f"\n| measurement | best of {args.repeat} (s) | all runs (s) |\n|---|---:|---|")
-        for name, values in (("`analyze report --no-cache` (ingest + page)", cold),
-                             ("`analyze report`, warm cache", warm),
-                             ("findings + run_page, run loaded", only)):
+        print(f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+        print(f"\n| measurement | best of {args.repeat} (s) | all runs (s) | CPU s |"
+              "\n|---|---:|---|---|")
+        for name, values, cpu in (
+                ("`analyze report --no-cache` (ingest + page)", cold, cold_cpu),
+                ("`analyze report`, warm cache", warm, warm_cpu),
+                ("findings + run_page, run loaded", only, [])):
             print(f"| {name} | {min(values):.2f} | "
-                  f"{', '.join(f'{v:.2f}' for v in values)} |")
+                  f"{', '.join(f'{v:.2f}' for v in values)} | "
+                  f"{', '.join(f'{v:.2f}' for v in cpu) or '-'} |")
         print(f"\npage: {len(html.encode()) / 1e6:.2f} MB; embedded data by section (bytes): "
               + ", ".join(f"{k} {v:,}" for k, v in sorted(sections.items(),
                                                           key=lambda kv: -kv[1])))

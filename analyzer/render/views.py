@@ -34,12 +34,18 @@ def _metrics(row: dict[str, Any]) -> dict[str, int]:
 
 
 def view_json(view: View) -> str:
+    return json.dumps(view_doc(view), indent=1)
+
+
+def view_doc(view: View) -> dict[str, Any]:
+    """The JSON document of a view (schema 1), as a dict: what `--format json` prints and
+    the HTML report embeds."""
     if view.kind in TREE_VIEWS:
         rows = [_tree_row(r) for r in view.tree()]
     else:
         rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
                 for r in view.rows.iter_rows(named=True)]
-    doc = {
+    return {
         "schema": SCHEMA,
         "view": view.kind,
         "step": view.options.step,
@@ -49,7 +55,6 @@ def view_json(view: View) -> str:
         "rows": rows,
         "notes": view.notes,
     }
-    return json.dumps(doc, indent=1)
 
 
 def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:

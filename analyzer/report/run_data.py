@@ -1,9 +1,9 @@
 """The numbers of a run's report page, taken from the public functions of the engine.
 
 One source of truth: the op, scope and code breakdowns are the documents
-`analyze ops|scopes|code --format json` print (render.views.view_json with the command
-line's defaults), the critical path is `analyze graph --critical-path --format json` of
-the median step, the findings are the advisor's. Only aggregates are embedded, never
+`analyze ops|scopes|code --format json` print with the command line's defaults
+(render.views.view_doc), the critical path is `analyze graph --critical-path --format
+json` of the median step, the findings are the advisor's. Only aggregates are embedded, never
 executions, so a page stays small whatever the run's size. A section the source has no
 data for carries `missing`: one line saying so.
 """
@@ -20,7 +20,7 @@ from analyzer.graph import critical_path
 from analyzer.model import Run
 from analyzer.render.critical_path import critical_path_json
 from analyzer.render.units import fmt_us
-from analyzer.render.views import view_json
+from analyzer.render.views import view_doc
 from analyzer.report.marks import flag_steps
 from analyzer.steps import median_step, step_times
 from analyzer.steps import summary as run_summary
@@ -35,8 +35,7 @@ MEMORY_POINTS = 400  # points per allocator in the memory chart
 
 def run_data(run: Run, findings: Sequence[Any], source: str) -> dict[str, Any]:
     """Everything the run page shows, as JSON-ready data."""
-    views = {kind: json.loads(view_json(VIEWS[kind](run, VIEW_OPTIONS)))
-             for kind in ("ops", "scopes", "code")}
+    views = {kind: view_doc(VIEWS[kind](run, VIEW_OPTIONS)) for kind in ("ops", "scopes", "code")}
     code_rows = views["code"]["rows"]
     return {
         "page": "run",
