@@ -51,6 +51,19 @@ def test_embedded_data_equals_the_text_views(name, tmp_path):
     assert data["findings"] == findings
 
 
+@pytest.mark.parametrize("name", ["cnn", "rnn_while"])
+def test_op_type_drill_down_adds_up_to_the_op_view(name, tmp_path):
+    data = page_data(build_report(FIXTURES / name, tmp_path))
+    ops = {r["name"]: r["micros"] for r in data["ops"]["rows"]}
+    drill = {t["name"]: sum(us for _, us in t["nodes"]) + t["rest"]
+             for t in data["op_nodes"]["types"]}
+    assert drill == {k: v for k, v in ops.items() if v > 0}
+    for t in data["op_nodes"]["types"]:
+        times = [us for _, us in t["nodes"]]
+        assert times == sorted(times, reverse=True) and len(times) <= 25
+        assert (t["rest"] > 0) == (t["rest_nodes"] > 0)
+
+
 def test_critical_path_is_the_graph_commands(tmp_path):
     run = FIXTURES / "cnn"
     data = page_data(build_report(run, tmp_path))["critical_path"]

@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import FIXTURES, ROOT, run_cli
 from tests.report_browser import chromium, open_page
 
-RUN_CHARTS = ["steps", "ops", "scopes", "code", "critical_path", "memory"]
+RUN_SECTIONS = ["steps", "ops", "scopes", "code", "critical_path", "memory"]
+RUN_CHARTS = ["steps", "ops", "op_nodes", "scopes", "code", "critical_path", "memory"]
 MIN_VARIANCE = 50.0  # grey-level variance of a chart's canvas; an empty canvas is 0
 MIN_STDEV = 5.0  # of the screenshot's grey levels; a blank page is 0
 
@@ -52,15 +53,15 @@ def test_run_report_in_chromium(tmp_path):
     _need_browser()
     out = tmp_path / "cnn.html"
     run_cli(["report", FIXTURES / "cnn", "-o", out])
-    _check(out, RUN_CHARTS, ["glance", *RUN_CHARTS, "findings"])
+    _check(out, RUN_CHARTS, ["glance", *RUN_SECTIONS, "findings"])
 
 
 def test_run_report_without_code_or_memory_in_chromium(tmp_path):
     _need_browser()
     out = tmp_path / "gpu.html"
     run_cli(["report", FIXTURES / "gpu_mnist", "-o", out])
-    _check(out, ["steps", "ops", "scopes", "critical_path"],
-           ["glance", *RUN_CHARTS, "findings"])
+    _check(out, ["steps", "ops", "op_nodes", "scopes", "critical_path"],
+           ["glance", *RUN_SECTIONS, "findings"])
 
 
 def test_compare_page_in_chromium(tmp_path):

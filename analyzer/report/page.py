@@ -134,7 +134,11 @@ def run_body(d: dict[str, Any]) -> str:
                 "marked, the line is the median."),
         section("ops", "Time by op type", d["ops"],
                 "Total time of each op type per step (average over steps), largest first; "
-                "the same rows as <code>analyze ops --format json</code>."),
+                "the same rows as <code>analyze ops --format json</code>.",
+                extra="<p class=\"intro\">The same time as a treemap: click an op type to "
+                      "drill down to its nodes, the path above it to go back up.</p>"
+                      "<div class=\"chart\" id=\"chart-op_nodes\" "
+                      "data-chart=\"op_nodes\"></div>"),
         section("scopes", "Time by name scope", d["scopes"],
                 "Click a scope to drill down, the centre to go back up; a ring's gap is "
                 "time the scope spends in its own ops."),

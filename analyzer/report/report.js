@@ -116,6 +116,33 @@
     };
   }
 
+  function opNodesChart() {
+    var total = data.ops.total.micros;
+    var items = data.op_nodes.types.map(function (t) {
+      var children = t.nodes.map(function (n) { return {name: n[0], value: n[1]}; });
+      if (t.rest > 0) children.push({name: "(" + t.rest_nodes + " more nodes)", value: t.rest});
+      var sum = children.reduce(function (s, c) { return s + c.value; }, 0);
+      return {name: t.name, value: sum, children: children};
+    }).filter(function (t) { return t.value > 0; });
+    return {
+      tooltip: {formatter: function (p) {
+        return "<b>" + esc(p.name) + "</b><br>" + fmtUs(p.value) + " per step (" +
+          pct(p.value, total) + " of op time)";
+      }},
+      series: [{
+        type: "treemap", data: items, leafDepth: 1, roam: false, nodeClick: "zoomToNode",
+        top: 30, bottom: 10, left: 5, right: 5, name: "all op types",
+        breadcrumb: {show: true, top: 0, bottom: null},
+        label: {show: true, formatter: "{b}", overflow: "truncate"},
+        upperLabel: {show: true, height: 18},
+        levels: [{itemStyle: {borderWidth: 2, gapWidth: 2}, colorMappingBy: "index",
+                  color: ["#5470c6", "#91cc75", "#fac858", "#ee6666", "#73c0de", "#3ba272",
+                          "#fc8452", "#9a60b4", "#ea7ccc"]},
+                 {itemStyle: {borderWidth: 1, gapWidth: 1}, colorSaturation: [0.35, 0.6]}]
+      }]
+    };
+  }
+
   function scopesChart() {
     var total = data.scopes.total.micros, min = total * 0.002;
     function toSun(rows) {
@@ -373,6 +400,7 @@
   if (data.page === "run") {
     if (!data.steps.missing) draw("steps", 320, stepsChart);
     if (!data.ops.missing) draw("ops", Math.max(220, Math.min(data.ops.rows.length, 26) * 20 + 50), opsChart);
+    draw("op_nodes", 420, opNodesChart);
     if (!data.scopes.missing) draw("scopes", 520, scopesChart);
     if (!data.code.missing) codeChart();
     criticalPathChart();

@@ -18,6 +18,7 @@ import polars as pl
 
 from analyzer.graph import critical_path
 from analyzer.model import Run
+from analyzer.nodestats import node_stats
 from analyzer.render.critical_path import critical_path_json
 from analyzer.render.units import fmt_us
 from analyzer.render.views import view_doc
@@ -31,6 +32,7 @@ from analyzer.views import VIEWS, ViewOptions
 VIEW_OPTIONS = ViewOptions(order_by="micros", select=("micros", "bytes", "occurrence"))
 MAX_PATH_OPS = 400  # critical-path rows embedded (the longest ones when there are more)
 MEMORY_POINTS = 400  # points per allocator in the memory chart
+MAX_NODES_PER_TYPE = 25  # nodes of an op type in the drill-down (the rest as one sum)
 
 
 def run_data(run: Run, findings: Sequence[Any], source: str) -> dict[str, Any]:
@@ -43,6 +45,7 @@ def run_data(run: Run, findings: Sequence[Any], source: str) -> dict[str, Any]:
         "glance": glance(run, views),
         "steps": steps_section(run),
         "ops": views["ops"],
+        "op_nodes": op_nodes(run),
         "scopes": views["scopes"],
         "code": views["code"] if code_rows else {
             "missing": "No Python code view: " + ("; ".join(views["code"]["notes"])
@@ -83,6 +86,27 @@ def where_time_goes(ops: dict[str, Any], scopes: dict[str, Any]) -> str:
 
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def op_nodes(run: Run) -> dict[str, Any]:
+    """Each op type's nodes by time (average over steps), the MAX_NODES_PER_TYPE largest
+    and the rest as one sum, for the op-type breakdown's drill-down. The same per-node
+    numbers the op view sums (nodestats.node_stats at step -1), so a type's nodes add up
+    to its row of `analyze ops`."""
+    n = (node_stats(run, -1).group_by("op_type", "name").agg(pl.col("micros").sum())
+         .filter(pl.col("micros") > 0)
+         .sort(["op_type", "micros", "name"], descending=[False, True, False])
+         .with_columns(rank=pl.int_range(pl.len()).over("op_type")))
+    top = n.filter(pl.col("rank") < MAX_NODES_PER_TYPE)
+    rest = (n.filter(pl.col("rank") >= MAX_NODES_PER_TYPE).group_by("op_type")
+            .agg(rest=pl.col("micros").sum(), rest_nodes=pl.len()))
+    types = (top.group_by("op_type", maintain_order=True)
+             .agg(nodes=pl.concat_list("name", pl.col("micros").cast(pl.String)))
+             .join(rest, on="op_type", how="left").sort("op_type"))
+    return {"types": [
+        {"name": r["op_type"], "nodes": [[name, int(us)] for name, us in r["nodes"]],
+         "rest": int(r["rest"] or 0), "rest_nodes": int(r["rest_nodes"] or 0)}
+        for r in types.iter_rows(named=True)]}
 
 
 def steps_section(run: Run) -> dict[str, Any]:
