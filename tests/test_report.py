@@ -4,6 +4,7 @@ sections that say what the source lacks, a comparison page with regressions firs
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -80,6 +81,17 @@ def test_page_is_self_contained_and_small(tmp_path):
     assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", html, re.I)
     assert "default-src 'none'" in html  # the CSP blocks any request a bug would make
     assert html.count("<script") == 3  # echarts, the data, report.js
+
+
+def test_vendored_echarts_is_the_recorded_build():
+    """analyzer/report/vendor/echarts.min.js is what build_echarts.py wrote (echarts.json)."""
+    vendor = ROOT / "analyzer" / "report" / "vendor"
+    manifest = json.loads((vendor / "echarts.json").read_text())
+    data = (vendor / "echarts.min.js").read_bytes()
+    assert len(data) == manifest["bytes"] < 800_000
+    assert hashlib.sha256(data).hexdigest() == manifest["sha256"]
+    assert f"Apache ECharts {manifest['echarts']}" in data[:200].decode()
+    assert (vendor / "LICENSE-echarts").is_file() and (vendor / "LICENSE-zrender").is_file()
 
 
 def test_embedded_json_cannot_end_its_script_element():
