@@ -16,6 +16,7 @@ import polars as pl
 from analyzer.compare import Comparison, Samples
 
 MOVED = ("regression", "improvement", "new", "vanished")
+STEP_TIME = "step time"  # the step-level metric drawn as distributions
 MAX_SCOPES = 30  # bars in the moved-scopes chart
 MAX_POINTS = 2000  # step samples drawn per side
 
@@ -48,7 +49,10 @@ def metric_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _step_values(samples: Samples) -> list[float]:
-    s = samples.samples.filter(pl.col("kind") == "step").sort("sample")
+    steps = samples.samples.filter(pl.col("kind") == "step")
+    if STEP_TIME in steps["name"]:  # there may be other step-level metrics (op time)
+        steps = steps.filter(pl.col("name") == STEP_TIME)
+    s = steps.sort("sample")
     values = s["value_us"].to_list()
     if len(values) > MAX_POINTS:
         stride = len(values) / MAX_POINTS
@@ -73,7 +77,8 @@ def compare_data(c: Comparison, base: Samples, new: Samples) -> dict[str, Any]:
               and r["verdict"] not in ("below-floor",) and r["change_pct"] is not None]
     scopes.sort(key=lambda r: (r["verdict"] != "regression", r["verdict"] != "improvement",
                                -abs(r["delta_us"] or 0.0)))
-    step = next((r for r in rows if r["kind"] == "step"), None)
+    step = next((r for r in rows if r["kind"] == "step" and r["name"] == STEP_TIME),
+                next((r for r in rows if r["kind"] == "step"), None))
     base_steps, new_steps = _step_values(base), _step_values(new)
     return {
         "page": "compare",
