@@ -358,8 +358,12 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Sort rows (siblings in trees) by this, largest first.")(fn)
     fn = click.option("--step", type=int, default=-1, show_default=True,
                       help="Global step to show; -1 averages over the traced steps.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]),
-                      default="text", show_default=True, help="Output format.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "speedscope",
+                                                           "pprof"]),
+                      default="text", show_default=True,
+                      help="Output format; speedscope and pprof (gzipped profile.proto, to "
+                           "redirect to a file) are flame graphs of the code and scopes "
+                           "views.")(fn)
     # Our defaults that differ from tfprof on purpose (docs/views.md).
     fn = click.option("--op-types", type=click.Choice(["kernel", "graph"]), default="kernel",
                       show_default=True, help="Group and account nodes by the kernel that "
@@ -509,8 +513,10 @@ def _emit(text: str, output: str | None) -> None:
               help="Compare name scopes down to this depth.")
 @click.option("--no-normalize", is_flag=True,
               help="Do not divide out the machine-wide factor (use on dedicated machines).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit"]),
-              default="text", show_default=True, help="Report format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit",
+                                                   "html"]),
+              default="text", show_default=True,
+              help="Report format; html: one self-contained page (use -o).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @no_cache_option
@@ -538,15 +544,49 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
     from analyzer.compare import compare as run_compare
     from analyzer.render.compare import RENDERERS
 
-    result = run_compare(_samples(base, no_cache, scope_depth),
-                         _samples(new, no_cache, scope_depth), threshold_pct=threshold,
+    base_samples = _samples(base, no_cache, scope_depth)
+    new_samples = _samples(new, no_cache, scope_depth)
+    result = run_compare(base_samples, new_samples, threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
                          keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
-    _emit(RENDERERS[fmt](result), output)
+    if fmt == "html":
+        from analyzer.report import compare_page
+
+        _emit(compare_page(result, base_samples, new_samples), output)
+    else:
+        _emit(RENDERERS[fmt](result), output)
     if result.regressions.height:
         sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("path", metavar="PATH", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="The HTML file to write.")
+@no_cache_option
+@source_option
+@handle_errors
+def report(path: str, output: str, no_cache: bool) -> None:
+    """Write one self-contained HTML page about PATH (docs/report.md).
+
+    The run at a glance, step time across steps, time by op type and by name scope, the
+    Python code as a flame graph, the critical path of the median step, memory over time
+    and the advisor's findings; it opens offline in any browser.
+
+    \b
+    Examples:
+      analyze report fixtures/runs/cnn -o cnn.html
+    """
+    from pathlib import Path
+
+    import checkers
+    from analyzer.report import run_page
+
+    run = load(path, no_cache)
+    _emit(run_page(run, checkers.run_checks(run), path), output)
+    click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
 
 
 @main.group()

@@ -398,7 +398,8 @@ def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
                     ignore=shutil.ignore_patterns(".runlens"))
     shutil.copytree(FIXTURES / "cnn", tmp_path / "multi" / "cnn",
                     ignore=shutil.ignore_patterns(".runlens"))
-    run = load_run(tmp_path / "multi", use_cache=False, chosen=Selection(workers=True))  # two jobs: forced
+    # two jobs: forced
+    run = load_run(tmp_path / "multi", use_cache=False, chosen=Selection(workers=True))
     assert run.workers == ["a_gpu", "cnn"] and not run.outputs.filter(
         pl.col("worker") == "a_gpu").height
     export(run, tmp_path / "m.json", TimelineOptions(tuple(run.steps)))

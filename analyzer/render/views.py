@@ -1,10 +1,12 @@
-"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV."""
+"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV; tree views
+also as flame-graph files (speedscope JSON, gzipped pprof)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 from analyzer.render.units import fmt_bytes, fmt_count, fmt_us
@@ -32,12 +34,18 @@ def _metrics(row: dict[str, Any]) -> dict[str, int]:
 
 
 def view_json(view: View) -> str:
+    return json.dumps(view_doc(view), indent=1)
+
+
+def view_doc(view: View) -> dict[str, Any]:
+    """The JSON document of a view (schema 1), as a dict: what `--format json` prints and
+    the HTML report embeds."""
     if view.kind in TREE_VIEWS:
         rows = [_tree_row(r) for r in view.tree()]
     else:
         rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
                 for r in view.rows.iter_rows(named=True)]
-    doc = {
+    return {
         "schema": SCHEMA,
         "view": view.kind,
         "step": view.options.step,
@@ -47,7 +55,6 @@ def view_json(view: View) -> str:
         "rows": rows,
         "notes": view.notes,
     }
-    return json.dumps(doc, indent=1)
 
 
 def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -132,4 +139,21 @@ def view_text(view: View) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"text": view_text, "json": view_json, "csv": view_csv}
+def _flame(fmt: str) -> Callable[[View], str | bytes]:
+    """speedscope and pprof files, imported on use (pprof needs the generated proto)."""
+    def render(view: View) -> str | bytes:
+        if fmt == "pprof":
+            from analyzer.render.pprof import view_pprof
+
+            return view_pprof(view)
+        from analyzer.render.speedscope import view_speedscope
+
+        return view_speedscope(view)
+
+    return render
+
+
+RENDERERS: dict[str, Callable[[View], str | bytes]] = {
+    "text": view_text, "json": view_json, "csv": view_csv,
+    "speedscope": _flame("speedscope"), "pprof": _flame("pprof"),
+}
