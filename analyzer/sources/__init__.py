@@ -32,7 +32,7 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ()  # filled as the sources land: "rundir", "timeline", ...
+SOURCES: tuple[str, ...] = ("xplane",)  # filled as the sources land: "rundir", "timeline", ...
 
 
 @dataclass(frozen=True)
