@@ -19,7 +19,8 @@ One line for a user:
 Graph collection must be on when a tf.function is first traced (TF collects graphs when it
 instantiates a function, not when it runs one), so both start collecting before the first
 step and profile only the chosen steps [first, last). Each profiled step is wrapped in a
-`train` step marker (`step_num`), as TF's own guide says. The rules of the TF1 hook hold: files are written atomically, and any failure logs
+`train` step marker (`step_num`), as TF's own guide says. The rules of the TF1 hook
+hold: files are written atomically, and any failure logs
 one warning and turns capturing off; training always goes on.
 """
 

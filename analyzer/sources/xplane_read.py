@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -114,7 +115,7 @@ def _stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
     return {k: v.name for k, v in plane.stat_metadata.items()}
 
 
-def _stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> object:
+def _stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> Any:
     kind = stat.WhichOneof("value")
     if kind == "ref_value":
         return names.get(stat.ref_value, "")
@@ -132,7 +133,7 @@ def _event_columns(events, index: np.ndarray | None = None
 
 
 def _stats_of(events, index: np.ndarray, wanted: set[int], names: dict[int, str]
-              ) -> list[dict[int, object]]:
+              ) -> list[dict[int | None, Any]]:
     out = []
     for i in index:
         out.append({s.metadata_id: _stat_value(s, names)
@@ -213,9 +214,10 @@ def _read_host(plane: xplane_pb2.XPlane, ops: Ops, extra: Plane,
         for i in np.flatnonzero(code == _MEMORY):
             e = events[int(i)]
             sign = _MEMORY_EVENTS[plane.event_metadata[e.metadata_id].name]
-            stats = {names.get(s.metadata_id): _stat_value(s, names) for s in e.stats}
-            size = stats.get("allocation_bytes") or stats.get("requested_bytes") or 0
-            extra.memory.append((base_ps + e.offset_ps, str(stats.get("allocator_name", "")),
+            named: dict[str | None, Any] = {names.get(s.metadata_id): _stat_value(s, names)
+                                            for s in e.stats}
+            size = named.get("allocation_bytes") or named.get("requested_bytes") or 0
+            extra.memory.append((base_ps + e.offset_ps, str(named.get("allocator_name", "")),
                                  sign * int(size)))  # type: ignore[call-overload]
 
 
