@@ -82,9 +82,11 @@ class _Progress:
 def load(run_dir: str, no_cache: bool) -> Any:
     from analyzer.load import load_run
 
+    ctx = click.get_current_context(silent=True)
+    source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
     progress = _Progress()
     try:
-        run = load_run(run_dir, use_cache=not no_cache, progress=progress)
+        run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source)
     finally:
         progress.close()
     for warning in run.warnings:
@@ -96,6 +98,13 @@ run_dir_argument = click.argument("run_dir", metavar="RUN_DIR", type=click.Path(
 no_cache_option = click.option(
     "--no-cache", is_flag=True, help="Ingest step files again instead of reading the cache."
 )
+_SOURCE_KEY = "runlens.source"
+# One option for every command that reads a PATH; `load` takes it from the context.
+source_option = click.option(
+    "--source", metavar="KIND", default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
+    help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
+         "tfprof, ...; docs/sources.md) instead of detecting it.")
 
 
 def _version() -> str:
@@ -130,12 +139,14 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
 @no_cache_option
+@source_option
 @handle_errors
 def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
     """Steps, workers, devices, node counts and step-time statistics of RUN_DIR."""
     from analyzer.steps import summary as make_summary
 
-    data = make_summary(load(run_dir, no_cache))
+    run = load(run_dir, no_cache)
+    data = {**make_summary(run), "lacks": run.lacks}
     if fmt == "json":
         click.echo(json.dumps({"schema": 1, "summary": data}, indent=1))
     else:
@@ -158,6 +169,7 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 @click.option("--checkers", "checkers_opt", multiple=True, metavar="CHECKER", hidden=True)
 @click.option("--list", "list_checkers", is_flag=True, help="Describe every checker.")
 @no_cache_option
+@source_option
 @handle_errors
 def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str, ...],
            ignore: tuple[str, ...], checkers_opt: tuple[str, ...], list_checkers: bool,
@@ -188,8 +200,12 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     findings = checkers.run_checks(run, select=split(select + checkers_opt) or None,
                                    ignore=split(ignore))
     times = step_times(run)["duration_ns"]
-    meta = {"run": run_dir, "steps": len(run.steps),
-            "median_step_us": checkers.base.num(times.median()) / 1000}
+    meta: dict[str, Any] = {"run": run_dir, "steps": len(run.steps),
+                            "median_step_us": checkers.base.num(times.median()) / 1000}
+    skipped = checkers.skipped_checks(run, select=split(select + checkers_opt) or None,
+                                      ignore=split(ignore))
+    if run.lacks:  # what the input format does not hold, and the checkers that needed it
+        meta.update(lacks=run.lacks, skipped=skipped)
     click.echo(RENDERERS[fmt](findings, meta), nl=False)
     if fail_on is not None:
         bar = checkers.Severity.parse(fail_on)
@@ -219,6 +235,7 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
                    "tf.train.ProfilerHook did (every step when there is no -o and no "
                    "step option).")
 @no_cache_option
+@source_option
 @handle_errors
 def timeline(run_dir: str, output: str | None, step: int | None, step_range: str | None,
              all_steps: bool, dataflow: bool, memory: bool, critical_path: bool,
@@ -327,8 +344,9 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
     from analyzer.errors import RunlensError
+    from analyzer.render.units import lacks_by_reason
     from analyzer.render.views import RENDERERS
-    from analyzer.views import VIEWS, ViewOptions
+    from analyzer.views import VIEW_NEEDS, VIEWS, ViewOptions
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
@@ -338,6 +356,13 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     if options.step >= 0 and options.step not in run.steps:
         raise RunlensError(f"{run_dir}: step {options.step} was not traced "
                            f"(traced steps: {_short_list(run.steps)})")
+    for why, what in lacks_by_reason(run.lacks).items():
+        click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
+    missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
+    if missing:
+        click.echo(f"analyze: {kind} view skipped: needs "
+                   + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
+        return
     click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
 
 
@@ -351,6 +376,7 @@ def _view_command(kind: str, doc: str) -> None:
     @run_dir_argument
     @_view_options
     @no_cache_option
+    @source_option
     @handle_errors
     def command(run_dir: str, fmt: str, no_cache: bool, **kw: Any) -> None:
         if kw.pop("critical_path", False):
@@ -446,6 +472,7 @@ def _emit(text: str, output: str | None) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @no_cache_option
+@source_option
 @handle_errors
 def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_depth: int,
             no_normalize: bool, fmt: str, output: str | None, no_cache: bool) -> None:
@@ -488,6 +515,7 @@ def baseline() -> None:
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Keep name scopes down to this depth.")
 @no_cache_option
+@source_option
 @handle_errors
 def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -> None:
     """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.

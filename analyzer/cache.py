@@ -25,33 +25,37 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.rundir import RunDir
+from analyzer.sources import Part
 
-CACHE_VERSION = 7  # bump whenever ingest's frames change
+CACHE_VERSION = 8  # bump whenever ingest's frames change
 # The Run's frames (the executions by key, the keys with derived columns), and what views
 # need with their default options: step -1's per-node numbers, the code paths, the scope
 # and code trees. Written in this order: the ones computed last come last.
 FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-          "threads", "graph_nodes", "op_log", "code", "node_stats", "code_paths",
+          "threads", "graph_nodes", "op_log", "code", "lacks", "node_stats", "code_paths",
           "scopes_tree", "code_tree")
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")
 
 
-def fingerprint(run: RunDir) -> dict[str, Any]:
-    """What the cache depends on: format version and every input file's size and mtime."""
-    files = [str(p) for p in (run.graph, run.op_log) if p is not None]
-    files += run.steps.values()
-    manifest = run.path / "manifest.json"
-    if manifest.is_file():
-        files.append(str(manifest))
+def fingerprint(part: Part) -> dict[str, Any]:
+    """What the cache depends on: format version, the source, and every input file's size
+    and mtime (the part's files, named relative to its folder)."""
+    base = _folder(part)
+    root = len(str(base / "x")) - 1
     entries = []
-    root = len(str(run.path / "x")) - 1  # files are under run.path
-    for name in files:
+    for name in part.files:
         st = os.stat(name)
-        entries.append([name[root:], st.st_size, st.st_mtime_ns])
-    return {"cache_version": CACHE_VERSION, "worker": run.worker, "files": sorted(entries)}
+        entries.append([name[root:] if name.startswith(str(base)) else name,
+                        st.st_size, st.st_mtime_ns])
+    return {"cache_version": CACHE_VERSION, "source": part.kind, "worker": part.worker,
+            "files": sorted(entries)}
+
+
+def _folder(part: Part) -> Path:
+    """The folder a part's cache goes in (beside a file part)."""
+    return part.path if part.path.is_dir() else part.path.parent
 
 
 def _user_cache_root() -> Path:
@@ -59,13 +63,15 @@ def _user_cache_root() -> Path:
     return Path(base) / "runlens"
 
 
-def _locations(run: RunDir) -> list[Path]:
-    digest = hashlib.sha256(str(run.path.resolve()).encode()).hexdigest()[:16]
-    return [run.path / ".runlens" / f"cache-v{CACHE_VERSION}",
+def _locations(run: Part) -> list[Path]:
+    digest = hashlib.sha256(f"{run.kind}:{run.path.resolve()}".encode()).hexdigest()[:16]
+    # A run dir's cache is its own; other parts may share a folder, so theirs are named.
+    name = "cache" if run.kind == "rundir" else f"cache-{run.kind}-{digest[:8]}"
+    return [_folder(run) / ".runlens" / f"{name}-v{CACHE_VERSION}",
             _user_cache_root() / f"{digest}-v{CACHE_VERSION}"]
 
 
-def load(run: RunDir, key: dict[str, Any]
+def load(run: Part, key: dict[str, Any]
          ) -> tuple[dict[str, Callable[[], pl.DataFrame]], list[str]] | None:
     """Readers of the cached frames and the warnings of `run` if the cache matches `key`.
 
@@ -89,7 +95,7 @@ def load(run: RunDir, key: dict[str, Any]
 CacheFrame = pl.DataFrame | Future  # a Future: a frame still being computed
 
 
-def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
           warnings: list[str]) -> Path | None:
     """Write the cache to the first writable location; returns it, or None if none is
     (or if a frame's Future fails: its computation failed, so there is no cache)."""
@@ -129,7 +135,7 @@ _writer: ThreadPoolExecutor | None = None
 _pending: list[Future] = []
 
 
-def store_in_background(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                         warnings: list[str]) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""

@@ -1,6 +1,9 @@
-"""Load a run directory (or a directory of per-worker run dirs) into a `Run`.
+"""Load any profile runlens reads into a `Run`: PATH -> its source (analyzer.sources)
+-> the source's parts (one per worker) -> each part's frames (from the cache, or read by
+the source) -> one Run.
 
-Step files are ingested in batches, in parallel threads (C decoder) or processes
+For run directories (analyzer/sources/rundir.py reads them with `_load_run_dir`), step
+files are ingested in batches, in parallel threads (C decoder) or processes
 (protobuf fallback); a step file that cannot be read is skipped with a one-line warning
 naming it, and the other steps still load. A second load of the same run reads the
 Parquet cache (analyzer/cache.py).
@@ -15,15 +18,16 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from analyzer import cache, ingest
+from analyzer import cache, ingest, sources
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
-from analyzer.rundir import RunDir, find_runs
+from analyzer.rundir import RunDir
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
@@ -188,13 +192,21 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     return frames, warnings
 
 
-def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
-                  cache_key: dict[str, Any] | None) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames with derived columns. With a `cache_key`, the cache
-    is written in the background as this goes on, and these frames get what views need
-    with their default options (step -1's per-node numbers, code paths, the scope and code
-    trees), which the cache stores; without, views compute what they need."""
-    frames, warnings = _load_run_dir(run, jobs, progress)
+LACKS_SCHEMA = {"what": pl.String, "why": pl.String}
+
+
+def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
+                  progress: Progress | None, cache_key: dict[str, Any] | None
+                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Read one part: its frames with derived columns (and `lacks`, what its format does
+    not hold, as a frame). With a `cache_key`, the cache is written in the background as
+    this goes on, and these frames get what views need with their default options (step
+    -1's per-node numbers, code paths, the scope and code trees), which the cache stores;
+    without, views compute what they need."""
+    read = source.read(part, jobs, progress)
+    frames, warnings = sources.raw_frames(read.frames, part.worker), read.warnings
+    frames["lacks"] = pl.DataFrame({"what": list(read.lacks), "why": list(read.lacks.values())},
+                                   schema=LACKS_SCHEMA)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if cache_key is None:
         return frames, warnings
@@ -206,7 +218,7 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
            for kind in TREE_KINDS},
     }
     later: dict[str, Future] = {name: Future() for name in builders}
-    cache.store_in_background(run, cache_key, {**frames, **later}, warnings)
+    cache.store_in_background(part, cache_key, {**frames, **later}, warnings)
     try:
         for name, build in builders.items():
             frames[name] = build()
@@ -250,38 +262,47 @@ def load_run(
     use_cache: bool = True,
     jobs: int | None = None,
     progress: Progress | None = None,
+    source: str | None = None,
 ) -> Run:
-    """Read every run dir at `path` into one Run (worker is a column).
+    """Read the profile at `path` into one Run (worker is a column): the source that
+    accepts it (`source`, a kind, forces one) splits it into parts, each read (or taken
+    from its cache) on its own.
 
-    A cached run dir is read lazily: only the frames an analysis touches are loaded.
-    Raises RunDirError when the path is not a run or no step can be read.
+    A cached part is read lazily: only the frames an analysis touches are loaded.
+    Raises RunDirError when no source reads the path or nothing in it can be read.
     """
-    runs = find_runs(path)
+    reader = sources.detect(path, source)
+    parts = reader.parts(Path(path))
     jobs = jobs or os.cpu_count() or 1
     cache.wait()  # a cache this process is still writing is read once written
-    parts: list[dict[str, Any]] = []
+    frames_of: list[dict[str, Any]] = []
     warnings: list[str] = []
-    for run in runs:
-        key = cache.fingerprint(run)
-        cached = cache.load(run, key) if use_cache else None
+    lacks: dict[str, str] = {}
+    for part in parts:
+        key = cache.fingerprint(part) if use_cache else None
+        cached = cache.load(part, key) if key is not None else None
         frames: dict[str, Any]
         if cached is not None:
-            frames, run_warnings = cached
+            frames, part_warnings = cached
         else:
-            frames, run_warnings = _fresh_frames(run, jobs, progress,
-                                                 key if use_cache else None)
-        parts.append(frames)
-        warnings.extend(run_warnings)
-    frames = {name: _merged(parts, name) for name in Run.FRAMES}
+            frames, part_warnings = _fresh_frames(reader, part, jobs, progress, key)
+        lacking = built(frames["lacks"])
+        lacks.update(zip(lacking.get_column("what").to_list(),
+                         lacking.get_column("why").to_list(), strict=True))
+        frames_of.append(frames)
+        warnings.extend(part_warnings)
+    frames = {name: _merged(frames_of, name) for name in Run.FRAMES}
+    paths = [p.path for p in parts]
     if not use_cache:
-        return Run.from_frames(frames, paths=[r.path for r in runs], warnings=warnings)
+        return Run.from_frames(frames, paths=paths, warnings=warnings, lacks=lacks)
     return Run.from_frames(
         frames,
-        paths=[r.path for r in runs],
+        paths=paths,
         warnings=warnings,
-        node_stats={-1: _merged(parts, "node_stats")},
+        lacks=lacks,
+        node_stats={-1: _merged(frames_of, "node_stats")},
         # Trees of several workers come from their merged numbers, not from their trees.
-        derived={"code_paths": _merged(parts, "code_paths"),
-                 **({f"{k}_tree": parts[0][f"{k}_tree"] for k in TREE_KINDS}
-                    if len(parts) == 1 else {})},
+        derived={"code_paths": _merged(frames_of, "code_paths"),
+                 **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
+                    if len(frames_of) == 1 else {})},
     )

@@ -67,7 +67,8 @@ class Run:
     def __init__(self, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                  warnings: list[str] | None = None,
                  node_stats: dict[int, FrameSource] | None = None,
-                 derived: dict[str, FrameSource] | None = None) -> None:
+                 derived: dict[str, FrameSource] | None = None,
+                 lacks: dict[str, str] | None = None) -> None:
         self._frames: dict[str, FrameSource] = {name: frames[name] for name in self.FRAMES}
         self._nodes: pl.DataFrame | None = None
         self._outputs: pl.DataFrame | None = None
@@ -75,6 +76,9 @@ class Run:
         self.warnings = warnings or []
         self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
         self.derived: dict[str, FrameSource] = dict(derived or {})
+        # What the input format does not hold (what -> why), said once by the output;
+        # views and checkers that need it say they were skipped.
+        self.lacks: dict[str, str] = dict(lacks or {})
 
     @property
     def nodes(self) -> pl.DataFrame:
@@ -109,7 +113,8 @@ class Run:
     def from_frames(cls, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                     warnings: list[str] | None = None,
                     node_stats: dict[int, FrameSource] | None = None,
-                    derived: dict[str, FrameSource] | None = None) -> Run:
+                    derived: dict[str, FrameSource] | None = None,
+                    lacks: dict[str, str] | None = None) -> Run:
         """A Run from a mapping with every name of FRAMES (others are ignored), or with
         `nodes` (NODE_COLUMNS) in place of executions and keys, `outputs`
         (OUTPUT_COLUMNS) in place of output_rows and output_keys."""
@@ -120,7 +125,7 @@ class Run:
             rows, f["output_keys"] = split_keys(built(f["outputs"]), OUTPUT_KEY_COLUMNS)
             f["output_rows"] = rows.rename({"key_id": "out_key"})
         return cls(f, paths=paths, warnings=warnings, node_stats=node_stats,
-                   derived=derived)
+                   derived=derived, lacks=lacks)
 
     def replace(self, **frames: FrameSource) -> Run:
         """A copy with some frames replaced, `nodes` or `outputs` (whole) among them
@@ -128,7 +133,8 @@ class Run:
         parts = {"nodes": ("executions", "keys"), "outputs": ("output_rows", "output_keys")}
         replaced = {p for name, pair in parts.items() if name in frames for p in pair}
         base = {k: v for k, v in self._frames.items() if k not in replaced}
-        return Run.from_frames({**base, **frames}, self.paths, self.warnings)
+        return Run.from_frames({**base, **frames}, self.paths, self.warnings,
+                               lacks=self.lacks)
 
     @property
     def steps(self) -> list[int]:

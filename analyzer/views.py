@@ -561,3 +561,6 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
 
 
 VIEWS = {"ops": op_view, "scopes": scope_view, "graph": graph_view, "code": code_view}
+# What a view cannot do without (names of Run.lacks): on a run that lacks it, the view is
+# skipped with the reason instead of showing an empty tree.
+VIEW_NEEDS: dict[str, frozenset[str]] = {"code": frozenset({"code"})}

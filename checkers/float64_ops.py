@@ -26,6 +26,7 @@ class Float64Ops(Checker):
     code = "RL113"
     name = "float64-ops"
     title = "Double-precision ops"
+    needs = frozenset({"outputs"})
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:

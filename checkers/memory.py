@@ -26,6 +26,7 @@ class MemoryPeak(Checker):
     code = "RL110"
     name = "memory-peak"
     title = "Peak memory"
+    needs = frozenset({"memory"})
     severity = Severity.INFO
 
     def check(self, a: Analysis) -> Iterable[Finding]:
@@ -71,6 +72,7 @@ class MemoryGrowth(Checker):
     code = "RL111"
     name = "memory-growth"
     title = "Memory growing across steps"
+    needs = frozenset({"memory"})
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:

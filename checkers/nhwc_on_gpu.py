@@ -28,6 +28,7 @@ class NhwcOnGpu(Checker):
     code = "RL104"
     name = "nhwc-on-gpu"
     title = "NHWC convolutions on GPU"
+    needs = frozenset({"graph"})
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:

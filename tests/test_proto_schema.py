@@ -37,6 +37,7 @@ OUR_TO_TF = {
     "attr_value_pb2": "tensorflow.core.framework.attr_value_pb2",
     "config_pb2": "tensorflow.core.protobuf.config_pb2",
     "cost_graph_pb2": "tensorflow.core.framework.cost_graph_pb2",
+    "event_pb2": "tensorflow.core.util.event_pb2",
     "graph_pb2": "tensorflow.core.framework.graph_pb2",
     "node_def_pb2": "tensorflow.core.framework.node_def_pb2",
     "resource_handle_pb2": "tensorflow.core.framework.resource_handle_pb2",

@@ -7,6 +7,8 @@ import json
 import textwrap
 from typing import Any
 
+from analyzer.render.units import lacks_by_reason
+
 SCHEMA = 1
 
 
@@ -41,6 +43,10 @@ def _compact(value: Any) -> str:
 def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
     lines = [f"runlens advise: {meta['run']} ({meta['steps']} steps, "
              f"median step {meta['median_step_us']:.0f}us)"]
+    lines += [f"lacks {', '.join(what)}: {why}"
+              for why, what in lacks_by_reason(meta.get("lacks", {})).items()]
+    lines += [f"skipped {c['code']} {c['name']}: needs {c['reason']}"
+              for c in meta.get("skipped", [])]
     if not findings:
         lines.append("no findings: nothing the checkers know about stands out")
         return "\n".join(lines) + "\n"

@@ -24,3 +24,11 @@ def fmt_count(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f}{unit}"
     return f"{n:.0f}"
+
+
+def lacks_by_reason(lacks: dict[str, str]) -> dict[str, list[str]]:
+    """Run.lacks grouped by reason, so that each reason is said once."""
+    out: dict[str, list[str]] = {}
+    for what, why in lacks.items():
+        out.setdefault(why, []).append(what)
+    return out

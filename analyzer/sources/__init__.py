@@ -19,6 +19,7 @@ Raw frames (SourceFrames.frames), each with a `worker` column:
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ("xplane",)  # filled as the sources land: "rundir", "timeline", ...
+SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events", "tfprof", "xplane")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def registered() -> list[Source]:
     return [importlib.import_module(f"{__name__}.{name}").SOURCE for name in SOURCES]
 
 
-def detect(path: str | Path, kind: str | None = None) -> Source:
+def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
     """The source that reads `path` (`kind` forces one); RunDirError naming what runlens
     reads when none does."""
     p = Path(path)
@@ -89,3 +90,61 @@ def detect(path: str | Path, kind: str | None = None) -> Source:
             return source
     raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
                       + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
+
+
+# Key columns of the raw `keys` frame, and the per-worker frames every part gives.
+RAW_KEY_COLUMNS = ["worker", "lane", "node_name", "timeline_label"]
+_SCHEMAS = {
+    "memory": "MEMORY_SCHEMA", "allocations": "ALLOCATION_SCHEMA", "threads": "THREAD_SCHEMA",
+    "graph_nodes": "GRAPH_NODE_SCHEMA", "op_log": "OP_LOG_SCHEMA", "code": "CODE_SCHEMA",
+}
+
+
+def empty_frames(worker: str) -> dict[str, pl.DataFrame]:
+    """Every raw frame, empty (ingest's schemas, with the worker column): a source
+    replaces those its format holds."""
+    from analyzer import ingest
+
+    lit = pl.lit(worker).alias("worker")
+
+    def empty(schema: dict) -> pl.DataFrame:
+        return pl.DataFrame(schema=schema)
+
+    frames = {name: empty(getattr(ingest, schema)).with_columns(lit)
+              for name, schema in _SCHEMAS.items()}
+    frames["executions"] = empty(ingest.NODE_SCHEMA)
+    frames["keys"] = empty({"worker": pl.String, **ingest.KEY_SCHEMA})
+    frames["output_rows"] = empty(ingest.OUTPUT_SCHEMA)
+    frames["output_keys"] = empty({"worker": pl.String, **ingest.OUTPUT_KEY_SCHEMA})
+    return frames
+
+
+def split_nodes(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A plain `nodes` frame (NODE_SCHEMA's numbers but key_id, plus RAW_KEY_COLUMNS) ->
+    (executions, keys): each distinct key once, numbered in order of appearance."""
+    from analyzer import ingest
+    from analyzer.model import split_keys
+
+    numbers = [c for c in ingest.NODE_SCHEMA if c != "key_id"]
+    rows = nodes.select(*numbers, *RAW_KEY_COLUMNS).cast(
+        {c: ingest.NODE_SCHEMA[c] for c in numbers})  # type: ignore[arg-type]
+    executions, keys = split_keys(rows, RAW_KEY_COLUMNS)
+    return executions.select(list(ingest.NODE_SCHEMA)), keys
+
+
+def raw_frames(frames: dict[str, pl.DataFrame], worker: str) -> dict[str, pl.DataFrame]:
+    """A source's frames completed into the raw frames load.py expects: `nodes` split
+    into executions and keys, missing frames empty, a worker column where it belongs."""
+    out = empty_frames(worker)
+    for name, frame in frames.items():
+        if name == "nodes":
+            if "worker" not in frame.columns:
+                frame = frame.with_columns(pl.lit(worker).alias("worker"))
+            out["executions"], out["keys"] = split_nodes(frame)
+        elif name in out:
+            if name in _SCHEMAS and "worker" not in frame.columns:
+                frame = frame.with_columns(pl.lit(worker).alias("worker"))
+            out[name] = frame
+        else:
+            raise ValueError(f"unknown raw frame {name!r}")
+    return out
