@@ -176,3 +176,19 @@ def test_cached_load_equals_fresh(tmp_path: Path) -> None:
     cols = ["step", "node_name", "op_type", "op_end_rel_ns", "all_end_rel_ns", "start_ns"]
     assert cached.nodes.select(cols).sort(cols).equals(fresh.nodes.select(cols).sort(cols))
     assert cached.lacks == fresh.lacks
+
+
+@pytest.mark.parametrize("path", [fixture_file(n) for n in CAPTURED]
+                         + ([GPU_XPLANE] if GPU_XPLANE.is_file() else []),
+                         ids=lambda p: p.parent.parent.parent.parent.name
+                         if p.name == "worker0.xplane.pb" else "gpu_bert")
+def test_native_decoder_gives_the_protobuf_walks_frames(path: Path) -> None:
+    from analyzer.sources import xplane_wire
+    from analyzer.sources.xplane import read_file
+
+    if not xplane_wire.native_available():
+        pytest.skip("analyzer/_xplane.c is not compiled here")
+    native, walked = read_file(path, "w", native=True), read_file(path, "w", native=False)
+    assert native.lacks == walked.lacks
+    for name, frame in walked.frames.items():
+        assert native.frames[name].equals(frame), name

@@ -20,7 +20,9 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.proto import config_pb2
 from analyzer.sources import Part, Progress, SourceFrames
 from analyzer.sources.xplane_hlo import program_ops
-from analyzer.sources.xplane_read import frames_of, parse_xspace, read_space
+from analyzer.sources.xplane_read import frames_of, read_planes
+from analyzer.sources.xplane_wire import Plane
+from analyzer.sources.xplane_wire import read_planes as planes_of
 
 SUFFIX = ".xplane.pb"
 GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture_tf2.GRAPHS_FILE (no TF import here)
@@ -82,15 +84,15 @@ def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[s
     return frame.unique(subset=["name"], keep="first", maintain_order=True), []
 
 
-def _hlo_frames(space) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """JAX: graph nodes (framework op -> op type) and code (source frames) from the HLO
     metadata plane."""
     nodes: dict[str, str] = {}
     code: dict[str, list] = {k: [] for k in ingest.CODE_SCHEMA}
-    for plane in space.planes:
+    for plane in planes:
         if plane.name != "/host:metadata":
             continue
-        ops, _ = program_ops(plane)
+        ops, _ = program_ops(plane.meta)
         for op in ops.values():
             if op.op_name in nodes:
                 continue
@@ -110,17 +112,18 @@ def _hlo_frames(space) -> tuple[pl.DataFrame, pl.DataFrame]:
     return graph, pl.DataFrame(code, schema=ingest.CODE_SCHEMA)
 
 
-def read_file(path: Path, worker: str) -> SourceFrames:
-    """One host's .xplane.pb -> SourceFrames (raw frames with a worker column)."""
-    space = parse_xspace(path)
-    ops, extra = read_space(space)
+def read_file(path: Path, worker: str, native: bool | None = None) -> SourceFrames:
+    """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
+    False walks it with protobuf (the C decoder's oracle in tests)."""
+    planes = planes_of(path, native)
+    ops, extra = read_planes(planes)
     if not ops.start_ps:
         raise InputFileError(f"{path}: no op events (a TF2/JAX profile of no op?)")
     frames = frames_of(ops, extra, worker)
     warnings = [f"{path}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
     if extra.hlo:
-        graph_nodes, code = _hlo_frames(space)
+        graph_nodes, code = _hlo_frames(planes)
         lacks["graph"] = "JAX profiles: HLO ops carry no dataflow edges runlens reads"
     else:
         graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)

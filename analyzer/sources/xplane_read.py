@@ -14,24 +14,22 @@ An op's time: `op_end_rel` is its self time (its duration less the ops nested in
 same line, as xprof counts), `all_end_rel` its whole duration (the timeline draws it).
 Steps: the event's `group_id` where the file has one, else the last `train` step marker
 (`step_num`) that started at or before it (the first marker's step before any), else 0.
-Protobuf messages are walked only here; columns are built with numpy.
+Events arrive as columns (xplane_wire); per-event work is numpy, per distinct name Python.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
-from google.protobuf.message import DecodeError
 
 from analyzer import ingest
-from analyzer.errors import InputFileError
-from analyzer.proto import xplane_pb2
+from analyzer.sources import xplane_wire
 from analyzer.sources.xplane_hlo import HloOp, program_ops
+from analyzer.sources.xplane_wire import ABSENT, OTHER, Line, Plane
 
 HOST_LANE = "/device:CPU:0"  # canonical device lane: tfprof counts it as CPU time
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
@@ -47,7 +45,7 @@ _OTHER, _TF_OP, _DATASET, _MARKER, _MEMORY = 0, 1, 2, 3, 4
 
 @dataclass
 class Ops:
-    """Op executions of one file, column by column (times in ps; names per row)."""
+    """Op executions of one file, column by column (times in ps; names by number)."""
 
     lane: list[np.ndarray] = field(default_factory=list)
     thread: list[np.ndarray] = field(default_factory=list)
@@ -74,6 +72,26 @@ class Ops:
             self.lanes.append(lane)
         return self.lanes.index(lane)
 
+    def add(self, lane: int, thread: int, start: np.ndarray, dur: np.ndarray,
+            own: np.ndarray, name: np.ndarray, group: np.ndarray) -> None:
+        self.lane.append(np.full(len(start), lane, np.int32))
+        self.thread.append(np.full(len(start), thread, np.int32))
+        self.start_ps.append(start)
+        self.dur_ps.append(dur)
+        self.self_ps.append(own)
+        self.name.append(name)
+        self.group.append(group)
+
+
+@dataclass
+class Extra:
+    """What one file holds besides op executions."""
+
+    markers: list[tuple[int, int, int]] = field(default_factory=list)  # start_ps, end, step
+    memory: list[tuple[int, str, int]] = field(default_factory=list)  # t_ps, allocator, ±B
+    warnings: list[str] = field(default_factory=list)
+    hlo: bool = False
+
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
     """(kind, node, type) of a host event's name, as xprof's ParseTfOpFullname."""
@@ -94,207 +112,177 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Each event's duration less the durations of the events directly nested in it
     (events of one line nest properly, as TraceMe scopes do)."""
     order = np.lexsort((-dur, start))
-    s, d = start[order], dur[order]
+    s, d = np.ascontiguousarray(start[order]), np.ascontiguousarray(dur[order])
     end = s + d
-    out = d.copy()
     if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
-        return out  # nothing nests (the common case): self time = duration
-    stack: list[int] = []
-    for i in range(len(s)):
-        while stack and s[i] >= end[stack[-1]]:
-            stack.pop()
-        if stack:
-            out[stack[-1]] -= d[i]
-        stack.append(i)
+        return dur.copy()  # nothing nests (the common case): self time = duration
+    if xplane_wire._xplane is not None:
+        out = np.frombuffer(xplane_wire._xplane.self_times(s.tobytes(), d.tobytes()),
+                            np.int64).copy()
+    else:
+        out = d.copy()
+        stack: list[int] = []
+        for i in range(len(s)):
+            while stack and s[i] >= end[stack[-1]]:
+                stack.pop()
+            if stack:
+                out[stack[-1]] -= d[i]
+            stack.append(i)
     result = np.empty_like(out)
     result[order] = out
     return result
 
 
-def _stat_names(plane: xplane_pb2.XPlane) -> dict[int, str]:
-    return {k: v.name for k, v in plane.stat_metadata.items()}
-
-
-def _stat_value(stat: xplane_pb2.XStat, names: dict[int, str]) -> Any:
+def _value(stat: Any, names: dict[int, str]) -> Any:
     kind = stat.WhichOneof("value")
     if kind == "ref_value":
         return names.get(stat.ref_value, "")
     return getattr(stat, kind) if kind else None
 
 
-def _event_columns(events, index: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """offset_ps and duration_ps of `events` (those at `index`)."""
-    picked = events if index is None else [events[int(i)] for i in index]
-    n = len(picked)
-    off = np.fromiter((e.offset_ps for e in picked), np.int64, n)
-    dur = np.fromiter((e.duration_ps for e in picked), np.int64, n)
-    return off, dur
+def _stat_of(line: Line, i: int, stat_id: int, names: dict[int, str]) -> Any:
+    """The value of stat `stat_id` of event i, whatever its type (protobuf)."""
+    for s in line.event(int(i)).stats:
+        if s.metadata_id == stat_id:
+            return _value(s, names)
+    return None
 
 
-def _stats_of(events, index: np.ndarray, wanted: set[int], names: dict[int, str]
-              ) -> list[dict[int | None, Any]]:
-    out = []
-    for i in index:
-        out.append({s.metadata_id: _stat_value(s, names)
-                    for s in events[int(i)].stats if s.metadata_id in wanted})
-    return out
+def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
+    """table[position of each key in the sorted `ids`], `default` where absent."""
+    if not len(ids):
+        return np.full(len(keys), default, table.dtype if len(table) else np.int64)
+    pos = np.clip(np.searchsorted(ids, keys), 0, len(ids) - 1)
+    return np.where(ids[pos] == keys, table[pos], default)
 
 
-@dataclass
-class Plane:
-    """What one file holds besides op executions."""
-
-    markers: list[tuple[int, int, int]] = field(default_factory=list)  # start_ps, end, step
-    memory: list[tuple[int, str, int]] = field(default_factory=list)  # t_ps, allocator, ±B
-    warnings: list[str] = field(default_factory=list)
-    hlo: bool = False
+def _wanted(plane: Plane, *names: str) -> tuple[int, ...]:
+    return tuple(plane.stat_ids[n] for n in names if n in plane.stat_ids)
 
 
-def _read_host(plane: xplane_pb2.XPlane, ops: Ops, extra: Plane,
-               hlo: dict[tuple[int, str], HloOp]) -> None:
-    names = _stat_names(plane)
-    by_name = {v: k for k, v in names.items()}
-    kinds: dict[int, tuple[int, str, str]] = {}
-    for mid, meta in plane.event_metadata.items():
-        kinds[mid] = parse_op_name(meta.name)
-    hlo_stat = by_name.get("hlo_op")
-    program_stat = by_name.get("program_id")
-    group_stat = by_name.get("group_id")
-    step_stat = by_name.get("step_num")
+def _groups(line: Line, group_stat: int | None, index: np.ndarray) -> np.ndarray:
+    if group_stat is None:
+        return np.full(len(index), -1, np.int64)
+    g = line.stats[group_stat][index]
+    return np.where((g == ABSENT) | (g == OTHER), -1, g)
+
+
+def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp]
+               ) -> None:
+    names = plane.stat_names
+    kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
     ids = np.array(sorted(kinds), dtype=np.int64)
-    codes = np.array([kinds[i][0] for i in ids], dtype=np.int8)
+    codes = np.array([kinds[i][0] for i in ids], dtype=np.int64)
+    node_of = np.array([ops.name_id(*kinds[i][1:]) if kinds[i][0] in (_TF_OP, _DATASET)
+                        else -1 for i in ids], dtype=np.int64)
+    get = plane.stat_ids.get
+    hlo_stat, program_stat = get("hlo_op"), get("program_id")
+    group_stat, step_stat = get("group_id"), get("step_num")
     lane = ops.lane_id(HOST_LANE)
-    for thread, line in enumerate(plane.lines):
-        events = line.events
-        if not len(events):
+    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num")
+    for thread, line in enumerate(plane.lines(wanted)):
+        if not len(line.mid):
             continue
         base_ps = line.timestamp_ns * 1000
-        mid = np.fromiter((e.metadata_id for e in events), np.int64, len(events))
-        pos = np.clip(np.searchsorted(ids, mid), 0, max(len(ids) - 1, 0))
-        code = np.where(ids[pos] == mid, codes[pos], _OTHER) if len(ids) else \
-            np.zeros(len(mid), np.int8)
-        op_index = np.flatnonzero((code == _TF_OP) | (code == _DATASET))
-        node_ids = [ops.name_id(*kinds[int(m)][1:]) for m in mid[op_index]]
-        # JAX/XLA thunks: named by their HLO instruction (hlo_op stat).
-        if hlo_stat is not None:
-            other = np.flatnonzero(code == _OTHER)
-            wanted = {hlo_stat} | ({program_stat} if program_stat is not None else set())
-            found = []
-            for i, stats in zip(other, _stats_of(events, other, wanted, names), strict=True):
-                inst = stats.get(hlo_stat)
-                if not inst:
-                    continue
-                program = stats.get(program_stat, 0) if program_stat is not None else 0
-                op = hlo.get((int(program), str(inst)))  # type: ignore[call-overload]
-                node, op_type = (op.op_name, op.op_type) if op else (str(inst), "hlo")
-                found.append((i, ops.name_id(node, op_type)))
-            if found:
+        code = _lookup(ids, codes, line.mid, _OTHER)
+        node = _lookup(ids, node_of, line.mid, -1)
+        if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
+            inst = line.stats[hlo_stat]
+            thunk = np.flatnonzero((code == _OTHER) & (inst != ABSENT))
+            if len(thunk):
                 extra.hlo = True
-                op_index = np.concatenate([op_index, np.array([f[0] for f in found])])
-                node_ids += [f[1] for f in found]
-        if len(op_index):
-            off, dur = _event_columns(events, op_index)
-            ops.lane.append(np.full(len(off), lane, np.int32))
-            ops.thread.append(np.full(len(off), thread, np.int32))
-            ops.start_ps.append(base_ps + off)
-            ops.dur_ps.append(dur)
-            ops.self_ps.append(self_times(off, dur))
-            ops.name.append(np.array(node_ids, np.int64))
-            ops.group.append(_groups(events, op_index, group_stat))
-            ops.threads[(HOST_LANE, thread)] = line.display_name or line.name
-        for i in np.flatnonzero(code == _MARKER):
-            e = events[int(i)]
-            step = next((int(_stat_value(s, names)) for s in e.stats  # type: ignore[arg-type]
-                         if s.metadata_id == step_stat), None) if step_stat is not None \
-                else None
-            if step is not None:
-                extra.markers.append((base_ps + e.offset_ps, base_ps + e.offset_ps
-                                      + e.duration_ps, step))
-        for i in np.flatnonzero(code == _MEMORY):
-            e = events[int(i)]
-            sign = _MEMORY_EVENTS[plane.event_metadata[e.metadata_id].name]
-            named: dict[str | None, Any] = {names.get(s.metadata_id): _stat_value(s, names)
-                                            for s in e.stats}
-            size = named.get("allocation_bytes") or named.get("requested_bytes") or 0
-            extra.memory.append((base_ps + e.offset_ps, str(named.get("allocator_name", "")),
-                                 sign * int(size)))  # type: ignore[call-overload]
+                program = (line.stats[program_stat][thunk] if program_stat is not None
+                           else np.zeros(len(thunk), np.int64))
+                pairs = np.stack([inst[thunk], program], axis=1)
+                uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+                first = np.zeros(len(uniq), np.int64)
+                first[inverse.ravel()[::-1]] = thunk[::-1]
+                named = []
+                for (ref, prog), i in zip(uniq.tolist(), first.tolist(), strict=True):
+                    text = names.get(ref, "") if ref != OTHER else \
+                        str(_stat_of(line, i, hlo_stat, names))
+                    op = hlo.get((int(prog), text))
+                    named.append(ops.name_id(op.op_name, op.op_type) if op
+                                 else ops.name_id(text, "hlo"))
+                node[thunk] = np.array(named, np.int64)[inverse.ravel()]
+        index = np.flatnonzero(node >= 0)
+        if len(index):
+            off, dur = line.off[index], line.dur[index]
+            ops.add(lane, thread, base_ps + off, dur, self_times(off, dur), node[index],
+                    _groups(line, group_stat, index))
+            ops.threads[(HOST_LANE, thread)] = line.name
+        for m in np.flatnonzero(code == _MARKER).tolist():
+            step = line.stats[step_stat][m] if step_stat is not None else ABSENT
+            if step not in (ABSENT, OTHER):
+                start = base_ps + int(line.off[m])
+                extra.markers.append((start, start + int(line.dur[m]), int(step)))
+        for m in np.flatnonzero(code == _MEMORY).tolist():
+            e = line.event(m)
+            sign = _MEMORY_EVENTS[plane.meta.event_metadata[e.metadata_id].name]
+            named_stats = {names.get(s.metadata_id): _value(s, names) for s in e.stats}
+            size = named_stats.get("allocation_bytes") or named_stats.get("requested_bytes")
+            extra.memory.append((base_ps + e.offset_ps,
+                                 str(named_stats.get("allocator_name", "")),
+                                 sign * int(size or 0)))
 
 
-def _groups(events, index: np.ndarray, group_stat: int | None) -> np.ndarray:
-    """group_id per event (-1 where none)."""
-    out = np.full(len(index), -1, np.int64)
-    if group_stat is None:
-        return out
-    for k, i in enumerate(index):
-        for s in events[int(i)].stats:
-            if s.metadata_id == group_stat:
-                out[k] = s.int64_value or s.uint64_value
-                break
-    return out
-
-
-def _read_device(plane: xplane_pb2.XPlane, device: str, ops: Ops) -> None:
-    names = _stat_names(plane)
-    by_name = {v: k for k, v in names.items()}
-    level0, annotation = by_name.get("level 0"), by_name.get("annotation")
-    tf_op = by_name.get("tf_op")
-    wanted = {s for s in (level0, annotation, tf_op) if s is not None}
-    lane = ops.lane_id(f"{device}/stream:all")
-    for line in plane.lines:
-        m = _STREAM_LINE.match(line.name)
-        if not m or not len(line.events):
+def _launcher(plane: Plane, line: Line, i: int, stats: dict[int, int]) -> str:
+    """The TF op (`node:Type`) that launched device event i: its `level 0` (or `tf_op`)
+    stat, else the outermost op of its annotation."""
+    names = plane.stat_names
+    for key in ("level 0", "tf_op", "annotation"):
+        sid = plane.stat_ids.get(key)
+        if sid is None or stats.get(sid, ABSENT) == ABSENT:
             continue
-        events = line.events
-        index = np.arange(len(events))
-        off, dur = _event_columns(events)
-        node_ids = []
-        for e, stats in zip(events, _stats_of(events, index, wanted, names), strict=True):
-            kernel = plane.event_metadata[e.metadata_id].name
-            launched = str(stats.get(level0) or stats.get(tf_op) or "")
-            if not launched and annotation in stats:
-                launched = str(stats[annotation]).split("::")[0]
-            launched = launched.split("#")[0]
+        ref = stats[sid]
+        text = names.get(ref, "") if ref != OTHER else str(_stat_of(line, i, sid, names))
+        if text:
+            return text.split("::")[0].split("#")[0] if key == "annotation" else \
+                text.split("#")[0]
+    return ""
+
+
+def _read_device(plane: Plane, device: str, ops: Ops) -> None:
+    wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id")
+    group_stat = plane.stat_ids.get("group_id")
+    attr = [s for s in wanted if s != group_stat]
+    lane_name = f"{device}/stream:all"
+    lane = ops.lane_id(lane_name)
+    kernels = {mid: m.name for mid, m in plane.meta.event_metadata.items()}
+    for line in plane.lines(wanted):
+        m = _STREAM_LINE.match(line.name)
+        if not m or not len(line.mid):
+            continue
+        keys = np.stack([line.mid] + [line.stats[s] for s in attr], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        first = np.zeros(len(uniq), np.int64)
+        first[inverse.ravel()[::-1]] = np.arange(len(line.mid))[::-1]
+        named = []
+        for row, i in zip(uniq.tolist(), first.tolist(), strict=True):
+            kernel = kernels.get(row[0], "")
+            launched = _launcher(plane, line, i, dict(zip(attr, row[1:], strict=True)))
             _, node, op_type = parse_op_name(launched) if launched else (0, "", "")
             if not op_type:  # not launched by a TF op we can name
                 node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
-            node_ids.append(ops.name_id(f"{node}:{kernel}", op_type))
+            named.append(ops.name_id(f"{node}:{kernel}", op_type))
         stream = int(m.group(1))
-        ops.lane.append(np.full(len(off), lane, np.int32))
-        ops.thread.append(np.full(len(off), stream, np.int32))
-        ops.start_ps.append(line.timestamp_ns * 1000 + off)
-        ops.dur_ps.append(dur)
-        ops.self_ps.append(dur.copy())
-        ops.name.append(np.array(node_ids, np.int64))
-        group_stat = by_name.get("group_id")
-        ops.group.append(_groups(events, index, group_stat))
-        ops.threads[(f"{device}/stream:all", stream)] = line.name
+        index = np.arange(len(line.mid))
+        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur.copy(),
+                line.dur.copy(), np.array(named, np.int64)[inverse.ravel()],
+                _groups(line, group_stat, index))
+        ops.threads[(lane_name, stream)] = line.name
 
 
-def parse_xspace(path: Path) -> xplane_pb2.XSpace:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        space = xplane_pb2.XSpace.FromString(raw)
-    except (DecodeError, RuntimeError) as e:
-        raise InputFileError(f"{path}: not a readable XSpace profile ({e})") from None
-    if not space.planes:
-        raise InputFileError(f"{path}: an XSpace with no planes (not a profile?)")
-    return space
-
-
-def read_space(space: xplane_pb2.XSpace) -> tuple[Ops, Plane]:
+def read_planes(planes: list[Plane]) -> tuple[Ops, Extra]:
     """The op executions and markers/memory of every plane."""
-    ops, extra = Ops(), Plane()
+    ops, extra = Ops(), Extra()
     hlo: dict[tuple[int, str], HloOp] = {}
-    for plane in space.planes:
+    for plane in planes:
         if plane.name == "/host:metadata":
-            found, warnings = program_ops(plane)
+            found, warnings = program_ops(plane.meta)
             hlo.update(found)
             extra.warnings += warnings
-    for plane in space.planes:
+    for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
             _read_host(plane, ops, extra, hlo)
         elif m := _DEVICE_PLANE.match(plane.name):
@@ -321,7 +309,7 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
 
 
-def frames_of(ops: Ops, extra: Plane, worker: str) -> dict[str, pl.DataFrame]:
+def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
     dur, own = _cat(ops.dur_ps, np.int64), _cat(ops.self_ps, np.int64)
