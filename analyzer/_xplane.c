@@ -10,8 +10,9 @@
  *                                   metadata_id, offset_ps, duration_ps, stats)
  *       columns as int64 bytes; `stats` is n x len(stat_ids) int64: the integer value
  *       (int64, uint64 or ref) of each wanted stat of each event, ABSENT where the event
- *       has none, OTHER where its value is a string, bytes or double (the caller reads
- *       those events with protobuf).
+ *       has none, OTHER where its value is a string, bytes or double; and `hashes`, same
+ *       shape: a hash of each string value (0 elsewhere), by which the caller tells
+ *       strings apart and reads one event per distinct string with protobuf.
  *   self_times(start, dur)       -> each event's duration less its directly nested events'
  *       (events sorted by start, longer first at equal starts; int64 bytes in and out).
  * Malformed input raises ValueError; the caller turns it into a one-line error.
@@ -118,9 +119,16 @@ nomem:
 }
 
 typedef struct {
-    int64_t *mid, *off, *dur, *stats;
+    int64_t *mid, *off, *dur, *stats, *hashes;
     size_t n, cap;
 } Events;
+
+/* FNV-1a of a string value: the key by which the caller tells strings apart. */
+static int64_t fnv1a(const uint8_t *p, const uint8_t *end) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; p < end; p++) h = (h ^ *p) * 1099511628211ULL;
+    return (int64_t)(h >> 1) | 1; /* never 0: 0 means "not a string" */
+}
 
 static int events_grow(Events *e, size_t k) {
     if (e->n < e->cap) return 0;
@@ -134,6 +142,8 @@ static int events_grow(Events *e, size_t k) {
     e->dur = c;
     if (!(d = realloc(e->stats, cap * 8 * (k ? k : 1)))) return -1;
     e->stats = d;
+    if (!(d = realloc(e->hashes, cap * 8 * (k ? k : 1)))) return -1;
+    e->hashes = d;
     e->cap = cap;
     return 0;
 }
@@ -141,11 +151,14 @@ static int events_grow(Events *e, size_t k) {
 /* One XEvent's fields into row `i`; -1 on malformed input. */
 static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
     size_t i = e->n;
-    int64_t *row = e->stats + i * k;
+    int64_t *row = e->stats + i * k, *hrow = e->hashes + i * k;
     e->mid[i] = 0;
     e->off[i] = 0;
     e->dur[i] = 0;
-    for (size_t j = 0; j < k; j++) row[j] = ABSENT;
+    for (size_t j = 0; j < k; j++) {
+        row[j] = ABSENT;
+        hrow[j] = 0;
+    }
     while (r->p < r->end) {
         uint64_t key, v;
         if (varint(r, &key)) return -1;
@@ -158,7 +171,7 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
         } else if (field == 4 && wire == 2) {
             Reader st;
             if (sub(r, &st)) return -1;
-            int64_t stat_id = 0, value = OTHER;
+            int64_t stat_id = 0, value = OTHER, hash = 0;
             while (st.p < st.end) {
                 uint64_t skey, sv;
                 if (varint(&st, &skey)) return -1;
@@ -169,13 +182,22 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
                 } else if (sw == 0 && (sf == 3 || sf == 4 || sf == 7)) {
                     if (varint(&st, &sv)) return -1;
                     value = (int64_t)sv;
+                } else if (sw == 2 && (sf == 5 || sf == 6)) {
+                    Reader text;
+                    if (sub(&st, &text)) return -1;
+                    value = OTHER;
+                    hash = fnv1a(text.p, text.end);
                 } else {
                     if (skip(&st, sw)) return -1;
                     value = OTHER;
+                    hash = 0;
                 }
             }
             for (size_t j = 0; j < k; j++)
-                if (ids[j] == stat_id) row[j] = value;
+                if (ids[j] == stat_id) {
+                    row[j] = value;
+                    hrow[j] = value == OTHER ? hash : 0;
+                }
         } else if (skip(r, wire)) {
             return -1;
         }
@@ -232,12 +254,13 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     else if (nomem) PyErr_NoMemory();
     else
         result = Py_BuildValue(
-            "(LLy#y#nNNNN)", (long long)line_id, (long long)ts,
+            "(LLy#y#nNNNNN)", (long long)line_id, (long long)ts,
             name ? (const char *)name : "", (Py_ssize_t)name_len,
             display ? (const char *)display : "", (Py_ssize_t)display_len,
             (Py_ssize_t)e.n, col(e.mid, e.n), col(e.off, e.n), col(e.dur, e.n),
-            col(e.stats, e.n * k));
+            col(e.stats, e.n * k), col(e.hashes, e.n * k));
     free(e.mid);
+    free(e.hashes);
     free(e.off);
     free(e.dur);
     free(e.stats);

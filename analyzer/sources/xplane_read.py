@@ -88,7 +88,8 @@ class Extra:
     """What one file holds besides op executions."""
 
     markers: list[tuple[int, int, int]] = field(default_factory=list)  # start_ps, end, step
-    memory: list[tuple[int, str, int]] = field(default_factory=list)  # t_ps, allocator, ±B
+    # Allocator events, per line: (time_ps, allocator name, bytes: + allocated, - freed).
+    memory: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     hlo: bool = False
 
@@ -148,6 +149,37 @@ def _stat_of(line: Line, i: int, stat_id: int, names: dict[int, str]) -> Any:
     return None
 
 
+def texts(plane: Plane, line: Line, stat_id: int | None, index: np.ndarray
+          ) -> tuple[np.ndarray, list[str]]:
+    """The text value of stat `stat_id` of the events at `index`, as (code per event, the
+    distinct texts): refs name a stat metadata, strings are read once per distinct value
+    (by its hash) with protobuf; "" where the event has none."""
+    if stat_id is None or not len(index):
+        return np.zeros(len(index), np.int64), [""]
+    value, hashed = line.stats[stat_id][index], line.hashes[stat_id][index]
+    # One int64 key: a string's hash (> 0), a ref as -ref - 1 (< 0), ABSENT as itself.
+    key = np.where(value == OTHER, hashed, np.where(value == ABSENT, value, -value - 1))
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    out = []
+    for k, i in zip(uniq.tolist(), index[first].tolist(), strict=True):
+        if k > 0:
+            out.append(str(_stat_of(line, i, stat_id, plane.stat_names) or ""))
+        else:
+            out.append("" if k == ABSENT else plane.stat_names.get(-k - 1, ""))
+    return inverse.ravel(), out
+
+
+def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of small-valued code columns: (the first row index of each distinct
+    combination, the combination number of every row), by one 1-D unique."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for c in columns:
+        rank = np.unique(c, return_inverse=True)[1].ravel()
+        key = key * (int(rank.max()) + 1 if len(rank) else 1) + rank
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
 def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
     """table[position of each key in the sorted `ids`], `default` where absent."""
     if not len(ids):
@@ -179,7 +211,10 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     hlo_stat, program_stat = get("hlo_op"), get("program_id")
     group_stat, step_stat = get("group_id"), get("step_num")
     lane = ops.lane_id(HOST_LANE)
-    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num")
+    signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
+                      for i in ids], dtype=np.int64)
+    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
+                     "allocation_bytes", "requested_bytes", "allocator_name")
     for thread, line in enumerate(plane.lines(wanted)):
         if not len(line.mid):
             continue
@@ -193,18 +228,16 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                 extra.hlo = True
                 program = (line.stats[program_stat][thunk] if program_stat is not None
                            else np.zeros(len(thunk), np.int64))
-                pairs = np.stack([inst[thunk], program], axis=1)
-                uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-                first = np.zeros(len(uniq), np.int64)
-                first[inverse.ravel()[::-1]] = thunk[::-1]
+                which, instructions = texts(plane, line, hlo_stat, thunk)
+                first, inverse = _codes(which, program)
                 named = []
-                for (ref, prog), i in zip(uniq.tolist(), first.tolist(), strict=True):
-                    text = names.get(ref, "") if ref != OTHER else \
-                        str(_stat_of(line, i, hlo_stat, names))
+                for w, prog in zip(which[first].tolist(), program[first].tolist(),
+                                   strict=True):
+                    text = instructions[w]
                     op = hlo.get((int(prog), text))
                     named.append(ops.name_id(op.op_name, op.op_type) if op
                                  else ops.name_id(text, "hlo"))
-                node[thunk] = np.array(named, np.int64)[inverse.ravel()]
+                node[thunk] = np.array(named, np.int64)[inverse]
         index = np.flatnonzero(node >= 0)
         if len(index):
             off, dur = line.off[index], line.dur[index]
@@ -216,36 +249,32 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
             if step not in (ABSENT, OTHER):
                 start = base_ps + int(line.off[m])
                 extra.markers.append((start, start + int(line.dur[m]), int(step)))
-        for m in np.flatnonzero(code == _MEMORY).tolist():
-            e = line.event(m)
-            sign = _MEMORY_EVENTS[plane.meta.event_metadata[e.metadata_id].name]
-            named_stats = {names.get(s.metadata_id): _value(s, names) for s in e.stats}
-            size = named_stats.get("allocation_bytes") or named_stats.get("requested_bytes")
-            extra.memory.append((base_ps + e.offset_ps,
-                                 str(named_stats.get("allocator_name", "")),
-                                 sign * int(size or 0)))
+        memory = np.flatnonzero(code == _MEMORY)
+        if len(memory):
+            sign = _lookup(ids, signs, line.mid[memory], 0)
+            size = np.zeros(len(memory), np.int64)
+            for stat in (get("requested_bytes"), get("allocation_bytes")):
+                if stat is not None:
+                    v = line.stats[stat][memory]
+                    size = np.where((v != ABSENT) & (v != OTHER) & (v != 0), v, size)
+            which, allocators = texts(plane, line, get("allocator_name"), memory)
+            extra.memory.append((base_ps + line.off[memory],
+                                 np.array(allocators, dtype=object)[which], sign * size))
 
 
-def _launcher(plane: Plane, line: Line, i: int, stats: dict[int, int]) -> str:
-    """The TF op (`node:Type`) that launched device event i: its `level 0` (or `tf_op`)
+def _launcher(level0: str, tf_op: str, annotation: str) -> str:
+    """The TF op (`node:Type`) that launched a device event: its `level 0` (or `tf_op`)
     stat, else the outermost op of its annotation."""
-    names = plane.stat_names
-    for key in ("level 0", "tf_op", "annotation"):
-        sid = plane.stat_ids.get(key)
-        if sid is None or stats.get(sid, ABSENT) == ABSENT:
-            continue
-        ref = stats[sid]
-        text = names.get(ref, "") if ref != OTHER else str(_stat_of(line, i, sid, names))
-        if text:
-            return text.split("::")[0].split("#")[0] if key == "annotation" else \
-                text.split("#")[0]
-    return ""
+    if level0 or tf_op:
+        return (level0 or tf_op).split("#")[0]
+    return annotation.split("::")[0].split("#")[0]
 
 
 def _read_device(plane: Plane, device: str, ops: Ops) -> None:
+    get = plane.stat_ids.get
+    attr = [get("level 0"), get("tf_op"), get("annotation")]
     wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id")
-    group_stat = plane.stat_ids.get("group_id")
-    attr = [s for s in wanted if s != group_stat]
+    group_stat = get("group_id")
     lane_name = f"{device}/stream:all"
     lane = ops.lane_id(lane_name)
     kernels = {mid: m.name for mid, m in plane.meta.event_metadata.items()}
@@ -253,22 +282,20 @@ def _read_device(plane: Plane, device: str, ops: Ops) -> None:
         m = _STREAM_LINE.match(line.name)
         if not m or not len(line.mid):
             continue
-        keys = np.stack([line.mid] + [line.stats[s] for s in attr], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        first = np.zeros(len(uniq), np.int64)
-        first[inverse.ravel()[::-1]] = np.arange(len(line.mid))[::-1]
+        index = np.arange(len(line.mid))
+        coded = [texts(plane, line, stat, index) for stat in attr]
+        first, inverse = _codes(line.mid, *(which for which, _ in coded))
         named = []
-        for row, i in zip(uniq.tolist(), first.tolist(), strict=True):
-            kernel = kernels.get(row[0], "")
-            launched = _launcher(plane, line, i, dict(zip(attr, row[1:], strict=True)))
+        for i in first.tolist():
+            kernel = kernels.get(int(line.mid[i]), "")
+            launched = _launcher(*(t[which[i]] for which, t in coded))
             _, node, op_type = parse_op_name(launched) if launched else (0, "", "")
             if not op_type:  # not launched by a TF op we can name
                 node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
             named.append(ops.name_id(f"{node}:{kernel}", op_type))
         stream = int(m.group(1))
-        index = np.arange(len(line.mid))
         ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur.copy(),
-                line.dur.copy(), np.array(named, np.int64)[inverse.ravel()],
+                line.dur.copy(), np.array(named, np.int64)[inverse],
                 _groups(line, group_stat, index))
         ops.threads[(lane_name, stream)] = line.name
 
@@ -361,14 +388,14 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     threads = threads.join(thread_names, on=["lane", "thread_id"], how="left").select(
         list(ingest.THREAD_SCHEMA)).sort("step", "lane", "thread_id")
     mem = extra.memory
-    alloc_t = np.array([m[0] for m in mem], np.int64)
+    alloc_t = _cat([m[0] for m in mem], np.int64)
     allocations = pl.DataFrame({
-        "step": assign_steps(alloc_t, np.full(len(mem), -1, np.int64), extra.markers),
-        "exec_idx": np.zeros(len(mem), np.int64),
-        "allocator_name": [m[1] for m in mem],
+        "step": assign_steps(alloc_t, np.full(len(alloc_t), -1, np.int64), extra.markers),
+        "exec_idx": np.zeros(len(alloc_t), np.int64),
+        "allocator_name": pl.Series(np.concatenate([m[1] for m in mem]) if mem else [],
+                                    dtype=pl.String),
         "alloc_us": alloc_t // 1_000_000,
-        "alloc_bytes": [m[2] for m in mem],
-    }, schema_overrides={"allocator_name": pl.String}).cast(
-        ingest.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
+        "alloc_bytes": _cat([m[2] for m in mem], np.int64),
+    }).cast(ingest.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations}

@@ -46,6 +46,7 @@ class Line:
     off: np.ndarray
     dur: np.ndarray
     stats: dict[int, np.ndarray]  # wanted stat id -> value per event (ABSENT, OTHER)
+    hashes: dict[int, np.ndarray]  # wanted stat id -> a key of its string value (0: none)
     raw: Any = None  # the line's bytes (native) or message (protobuf)
     _message: Any = field(default=None, repr=False)
 
@@ -57,28 +58,32 @@ class Line:
         return self._message.events[int(i)]
 
 
-def _stat_int(stat: xplane_pb2.XStat) -> int:
+def _stat_int(stat: xplane_pb2.XStat) -> tuple[int, int]:
+    """(integer value or OTHER, a nonzero key of a string value or 0)."""
     kind = stat.WhichOneof("value")
     if kind in ("int64_value", "uint64_value", "ref_value"):
-        return int(getattr(stat, kind))
-    return int(OTHER)
+        return int(getattr(stat, kind)), 0
+    if kind in ("str_value", "bytes_value"):
+        return int(OTHER), (hash(getattr(stat, kind)) & 0x3FFF_FFFF_FFFF_FFFF) | 1
+    return int(OTHER), 0
 
 
 def _columns_of(line: xplane_pb2.XLine, wanted: tuple[int, ...]) -> Line:
     events = line.events
     n = len(events)
     stats = {s: np.full(n, ABSENT, np.int64) for s in wanted}
+    hashes = {s: np.zeros(n, np.int64) for s in wanted}
     for i, e in enumerate(events):
         for st in e.stats:
             column = stats.get(st.metadata_id)
             if column is not None:
-                column[i] = _stat_int(st)
+                column[i], hashes[st.metadata_id][i] = _stat_int(st)
     return Line(
         name=line.display_name or line.name, timestamp_ns=line.timestamp_ns,
         mid=np.fromiter((e.metadata_id for e in events), np.int64, n),
         off=np.fromiter((e.offset_ps for e in events), np.int64, n),
         dur=np.fromiter((e.duration_ps for e in events), np.int64, n),
-        stats=stats, raw=line)
+        stats=stats, hashes=hashes, raw=line)
 
 
 class Plane:
@@ -99,14 +104,17 @@ class Plane:
                 continue
             offset, length = item
             raw = self._buf[offset: offset + length]
-            _, ts, name, display, n, mid, off, dur, stats = _xplane.decode_line(raw, wanted)
-            table = np.frombuffer(stats, np.int64).reshape(n, len(wanted)) if wanted \
-                else np.zeros((n, 0), np.int64)
+            _, ts, name, display, n, mid, off, dur, stats, hashes = _xplane.decode_line(
+                raw, wanted)
+            k = len(wanted)
+            table = np.frombuffer(stats, np.int64).reshape(n, k)
+            texts = np.frombuffer(hashes, np.int64).reshape(n, k)
             yield Line(
                 name=(display or name).decode("utf-8", "replace"), timestamp_ns=ts,
                 mid=np.frombuffer(mid, np.int64), off=np.frombuffer(off, np.int64),
                 dur=np.frombuffer(dur, np.int64),
-                stats={s: table[:, j] for j, s in enumerate(wanted)}, raw=raw)
+                stats={s: table[:, j] for j, s in enumerate(wanted)},
+                hashes={s: texts[:, j] for j, s in enumerate(wanted)}, raw=raw)
 
 
 def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
