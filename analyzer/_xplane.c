@@ -12,7 +12,8 @@
  *       (int64, uint64 or ref) of each wanted stat of each event, ABSENT where the event
  *       has none, OTHER where its value is a string, bytes or double; and `hashes`, same
  *       shape: a hash of each string value (0 elsewhere), by which the caller tells
- *       strings apart and reads one event per distinct string with protobuf.
+ *       strings apart and reads one event per distinct string with protobuf; and `at`,
+ *       n x 2: where each event's bytes start in the line, and their length.
  *   self_times(start, dur)       -> each event's duration less its directly nested events'
  *       (events sorted by start, longer first at equal starts; int64 bytes in and out).
  * Malformed input raises ValueError; the caller turns it into a one-line error.
@@ -119,7 +120,7 @@ nomem:
 }
 
 typedef struct {
-    int64_t *mid, *off, *dur, *stats, *hashes;
+    int64_t *mid, *off, *dur, *stats, *hashes, *at;
     size_t n, cap;
 } Events;
 
@@ -130,9 +131,14 @@ static int64_t fnv1a(const uint8_t *p, const uint8_t *end) {
     return (int64_t)(h >> 1) | 1; /* never 0: 0 means "not a string" */
 }
 
+static int events_grow_to(Events *e, size_t k, size_t cap);
+
 static int events_grow(Events *e, size_t k) {
     if (e->n < e->cap) return 0;
-    size_t cap = e->cap ? e->cap * 2 : 1024;
+    return events_grow_to(e, k, e->cap ? e->cap * 2 : 1024);
+}
+
+static int events_grow_to(Events *e, size_t k, size_t cap) {
     int64_t *a = realloc(e->mid, cap * 8), *b, *c, *d;
     if (!a) return -1;
     e->mid = a;
@@ -144,6 +150,8 @@ static int events_grow(Events *e, size_t k) {
     e->stats = d;
     if (!(d = realloc(e->hashes, cap * 8 * (k ? k : 1)))) return -1;
     e->hashes = d;
+    if (!(d = realloc(e->at, cap * 8 * 2))) return -1;
+    e->at = d;
     e->cap = cap;
     return 0;
 }
@@ -186,7 +194,10 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
                     Reader text;
                     if (sub(&st, &text)) return -1;
                     value = OTHER;
-                    hash = fnv1a(text.p, text.end);
+                    /* Hashed only for a wanted stat (its id comes first, canonically). */
+                    int want = stat_id == 0;
+                    for (size_t j = 0; j < k && !want; j++) want = ids[j] == stat_id;
+                    hash = want ? fnv1a(text.p, text.end) : 0;
                 } else {
                     if (skip(&st, sw)) return -1;
                     value = OTHER;
@@ -223,6 +234,9 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     }
     Reader r = {view.buf, (const uint8_t *)view.buf + view.len};
     Events e = {0};
+    /* Room for about as many events as the line holds, so that columns rarely regrow
+     * (a failure here is met again, and reported, by the first events_grow). */
+    if ((size_t)view.len / 48 > 1024) (void)events_grow_to(&e, k, (size_t)view.len / 48);
     int64_t line_id = 0, ts = 0;
     const uint8_t *name = NULL, *display = NULL;
     size_t name_len = 0, display_len = 0;
@@ -242,6 +256,8 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
             else if (field == 11) { display = s.p; display_len = (size_t)(s.end - s.p); }
             else {
                 if (events_grow(&e, k)) { nomem = 1; break; }
+                e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
+                e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
                 if (decode_event(&s, &e, ids, k)) bad = 1;
             }
         } else if (skip(&r, wire)) {
@@ -254,12 +270,13 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     else if (nomem) PyErr_NoMemory();
     else
         result = Py_BuildValue(
-            "(LLy#y#nNNNNN)", (long long)line_id, (long long)ts,
+            "(LLy#y#nNNNNNN)", (long long)line_id, (long long)ts,
             name ? (const char *)name : "", (Py_ssize_t)name_len,
             display ? (const char *)display : "", (Py_ssize_t)display_len,
             (Py_ssize_t)e.n, col(e.mid, e.n), col(e.off, e.n), col(e.dur, e.n),
-            col(e.stats, e.n * k), col(e.hashes, e.n * k));
+            col(e.stats, e.n * k), col(e.hashes, e.n * k), col(e.at, e.n * 2));
     free(e.mid);
+    free(e.at);
     free(e.hashes);
     free(e.off);
     free(e.dur);

@@ -201,7 +201,6 @@ def _groups(line: Line, group_stat: int | None, index: np.ndarray) -> np.ndarray
 
 def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp]
                ) -> None:
-    names = plane.stat_names
     kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
     ids = np.array(sorted(kinds), dtype=np.int64)
     codes = np.array([kinds[i][0] for i in ids], dtype=np.int64)
@@ -333,23 +332,41 @@ def assign_steps(start_ps: np.ndarray, group: np.ndarray,
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def _dense_codes(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of `code`, each row's number among them), without sorting the
+    rows when the values are small (they index a table of `space` entries)."""
+    if space <= max(4 * len(code), 1 << 16):
+        present = np.zeros(space, bool)
+        present[code] = True
+        uniq = np.flatnonzero(present)
+        number = np.cumsum(present) - 1
+        return uniq, number[code]
+    uniq, inverse = np.unique(code, return_inverse=True)
+    return uniq, inverse.ravel()
 
 
 def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
-    dur, own = _cat(ops.dur_ps, np.int64), _cat(ops.self_ps, np.int64)
-    name, lane = _cat(ops.name, np.int64), _cat(ops.lane, np.int64)
-    thread = _cat(ops.thread, np.int64)
     step = assign_steps(start, _cat(ops.group, np.int64), extra.markers)
-    order = np.lexsort((start, step))
-    start, dur, own, name, lane, thread, step = (
-        a[order] for a in (start, dur, own, name, lane, thread, step))
+    order = None
+    if len(step) and not bool(np.all(step[1:] >= step[:-1])):
+        order = np.argsort(step, kind="stable")  # by step, in line order within one
+        step = step[order]
+
+    def column(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+        values = _cat(parts, dtype)
+        return values if order is None else values[order]
+
+    start = start if order is None else start[order]
     # One key per (lane, name).
-    key_code = lane * max(len(ops.names), 1) + name
-    uniq, key_id = np.unique(key_code, return_inverse=True)
-    key_lane, key_name = uniq // max(len(ops.names), 1), uniq % max(len(ops.names), 1)
+    n_names = max(len(ops.names), 1)
+    lane = column(ops.lane)
+    uniq, key_id = _dense_codes(lane * n_names + column(ops.name), len(ops.lanes) * n_names)
+    key_lane, key_name = uniq // n_names, uniq % n_names
     nodes = [ops.names[int(i)] for i in key_name]
     keys = pl.DataFrame({
         "worker": pl.Series([worker] * len(uniq), dtype=pl.String),
@@ -358,35 +375,40 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "timeline_label": pl.Series([f"{n.split(':')[0]} = {t}()" for n, t in nodes],
                                     dtype=pl.String),
     })
-    first = np.r_[True, step[1:] != step[:-1]] if len(step) else np.zeros(0, bool)
-    group_start = np.flatnonzero(first)
-    exec_idx = np.arange(len(step)) - np.repeat(group_start, np.diff(np.r_[group_start,
-                                                                            len(step)]))
-    start_ns, dur_ns, own_ns = start // 1000, dur // 1000, own // 1000
-    zero = np.zeros(len(step), np.int64)
+    n = len(step)
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if n else np.zeros(0, np.int64)
+    exec_idx = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    start_ns = start // 1000
+    own_ns, dur_ns = column(ops.self_ps) // 1000, column(ops.dur_ps) // 1000
+    thread = column(ops.thread)
+    zero = pl.lit(0, pl.Int64)
     executions = pl.DataFrame({
-        "step": step, "exec_idx": exec_idx, "key_id": key_id,
-        "all_start_us": start_ns // 1000, "op_start_rel_us": zero,
+        "step": step, "exec_idx": exec_idx.astype(np.uint32),
+        "key_id": key_id.astype(np.uint32), "all_start_us": start_ns // 1000,
         "op_end_rel_us": own_ns // 1000, "all_end_rel_us": dur_ns // 1000,
-        "scheduled_us": zero, "start_ns": start_ns, "op_start_rel_ns": zero,
-        "op_end_rel_ns": own_ns, "all_end_rel_ns": dur_ns, "scheduled_ns": zero,
-        "thread_id": thread, **{c: zero for c in (
-            "mem_total_bytes", "mem_peak_bytes", "mem_live_bytes", "allocator_bytes_in_use",
-            "temp_bytes", "persistent_bytes", "output_bytes")},
-    }).cast(ingest.NODE_SCHEMA)  # type: ignore[arg-type]
-    threads = (
-        executions.select("step", "key_id", "thread_id").unique()
-        .join(pl.DataFrame({"key_id": np.arange(len(uniq)),
-                            "lane": keys["lane"]}).cast({"key_id": pl.UInt32}),
-              on="key_id")
-        .select("step", "lane", "thread_id").unique()
-    )
-    thread_names = pl.DataFrame(
-        {"lane": [k[0] for k in ops.threads], "thread_id": [k[1] for k in ops.threads],
-         "name": list(ops.threads.values())},
-        schema={"lane": pl.String, "thread_id": pl.UInt32, "name": pl.String})
-    threads = threads.join(thread_names, on=["lane", "thread_id"], how="left").select(
-        list(ingest.THREAD_SCHEMA)).sort("step", "lane", "thread_id")
+        "start_ns": start_ns, "op_end_rel_ns": own_ns, "all_end_rel_ns": dur_ns,
+        "thread_id": thread.astype(np.uint32),
+    }).with_columns(zero.alias(c) for c in ingest.NODE_SCHEMA if c not in (
+        "step", "exec_idx", "key_id", "all_start_us", "op_end_rel_us", "all_end_rel_us",
+        "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
+    )).select(list(ingest.NODE_SCHEMA))
+    # Threads: each (step, lane, thread) that ran an op, with its line's name.
+    steps, step_no = np.unique(step, return_inverse=True) if n else (np.zeros(0), step)
+    threads_u, thread_no = np.unique(thread, return_inverse=True) if n else (thread, thread)
+    n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
+    present, _ = _dense_codes((step_no.ravel() * n_lanes + lane) * n_threads
+                              + thread_no.ravel(), len(steps) * n_lanes * n_threads)
+    t_step = steps[present // (n_lanes * n_threads)] if n else present
+    t_lane = (present // n_threads) % n_lanes
+    t_thread = threads_u[present % n_threads] if n else present
+    names = ops.threads
+    threads = pl.DataFrame({
+        "step": t_step.astype(np.int64),
+        "lane": pl.Series([ops.lanes[int(i)] for i in t_lane], dtype=pl.String),
+        "thread_id": t_thread.astype(np.uint32),
+        "name": pl.Series([names.get((ops.lanes[int(a)], int(b))) for a, b in
+                           zip(t_lane, t_thread, strict=True)], dtype=pl.String),
+    }, schema=ingest.THREAD_SCHEMA)
     mem = extra.memory
     alloc_t = _cat([m[0] for m in mem], np.int64)
     allocations = pl.DataFrame({

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +48,13 @@ class Line:
     stats: dict[int, np.ndarray]  # wanted stat id -> value per event (ABSENT, OTHER)
     hashes: dict[int, np.ndarray]  # wanted stat id -> a key of its string value (0: none)
     raw: Any = None  # the line's bytes (native) or message (protobuf)
-    _message: Any = field(default=None, repr=False)
+    at: Any = None  # native: (start, length) of each event's bytes in `raw`
 
     def event(self, i: int) -> xplane_pb2.XEvent:
-        if self._message is None:
-            raw = self.raw
-            self._message = (raw if isinstance(raw, xplane_pb2.XLine)
-                             else xplane_pb2.XLine.FromString(bytes(raw)))
-        return self._message.events[int(i)]
+        if isinstance(self.raw, xplane_pb2.XLine):
+            return self.raw.events[int(i)]
+        start, length = (int(v) for v in self.at[int(i)])
+        return xplane_pb2.XEvent.FromString(bytes(self.raw[start: start + length]))
 
 
 def _stat_int(stat: xplane_pb2.XStat) -> tuple[int, int]:
@@ -89,11 +88,13 @@ def _columns_of(line: xplane_pb2.XLine, wanted: tuple[int, ...]) -> Line:
 class Plane:
     """A plane's metadata (`meta`: an XPlane without lines) and its lines."""
 
-    def __init__(self, meta: xplane_pb2.XPlane, lines: list[Any], buf: Any = None) -> None:
+    def __init__(self, meta: xplane_pb2.XPlane, lines: list[Any], buf: Any = None,
+                 mapped: mmap.mmap | None = None) -> None:
         self.meta = meta
         self.name = meta.name
         self._lines = lines
         self._buf = buf
+        self._mapped = mapped
         self.stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
         self.stat_ids = {v: k for k, v in self.stat_names.items()}
 
@@ -104,17 +105,32 @@ class Plane:
                 continue
             offset, length = item
             raw = self._buf[offset: offset + length]
-            _, ts, name, display, n, mid, off, dur, stats, hashes = _xplane.decode_line(
+            _, ts, name, display, n, mid, off, dur, stats, hashes, at = _xplane.decode_line(
                 raw, wanted)
             k = len(wanted)
             table = np.frombuffer(stats, np.int64).reshape(n, k)
             texts = np.frombuffer(hashes, np.int64).reshape(n, k)
+            self._release(offset, length)
             yield Line(
                 name=(display or name).decode("utf-8", "replace"), timestamp_ns=ts,
                 mid=np.frombuffer(mid, np.int64), off=np.frombuffer(off, np.int64),
                 dur=np.frombuffer(dur, np.int64),
                 stats={s: table[:, j] for j, s in enumerate(wanted)},
-                hashes={s: texts[:, j] for j, s in enumerate(wanted)}, raw=raw)
+                hashes={s: texts[:, j] for j, s in enumerate(wanted)}, raw=raw,
+                at=np.frombuffer(at, np.int64).reshape(n, 2))
+
+
+    def _release(self, offset: int, length: int) -> None:
+        """Drop the decoded line's file pages from this process (they are read again if
+        an event is asked for): the file never stays mapped whole, so memory stays near
+        the size of the columns, not of the file."""
+        if self._mapped is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = offset - offset % mmap.PAGESIZE
+        end = offset + length
+        end -= end % mmap.PAGESIZE  # whole pages only: a neighbour may still be read
+        if end > start:
+            self._mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
@@ -123,8 +139,10 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
+            mapped = None
             if native and size:
-                buf: Any = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                buf: Any = memoryview(mapped)
             else:
                 f.seek(0)
                 buf = f.read()
@@ -139,7 +157,7 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
             for start, length in _plane_spans(buf):
                 lines, rest = _xplane.split_plane(buf[start: start + length])
                 meta = xplane_pb2.XPlane.FromString(rest)
-                planes.append(Plane(meta, [(start + o, n) for o, n in lines], buf))
+                planes.append(Plane(meta, [(start + o, n) for o, n in lines], buf, mapped))
     except (DecodeError, RuntimeError, ValueError) as e:
         raise InputFileError(f"{path}: not a readable XSpace profile ({e})") from None
     if not planes:
