@@ -159,14 +159,31 @@ def texts(plane: Plane, line: Line, stat_id: int | None, index: np.ndarray
     value, hashed = line.stats[stat_id][index], line.hashes[stat_id][index]
     # One int64 key: a string's hash (> 0), a ref as -ref - 1 (< 0), ABSENT as itself.
     key = np.where(value == OTHER, hashed, np.where(value == ABSENT, value, -value - 1))
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    uniq, inverse = _factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[inverse[::-1]] = index[::-1]
     out = []
-    for k, i in zip(uniq.tolist(), index[first].tolist(), strict=True):
+    for k, i in zip(uniq.tolist(), first.tolist(), strict=True):
         if k > 0:
             out.append(str(_stat_of(line, i, stat_id, plane.stat_names) or ""))
         else:
             out.append("" if k == ABSENT else plane.stat_names.get(-k - 1, ""))
-    return inverse.ravel(), out
+    return inverse, out
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each value's number among them): by a table where the values
+    span a small range (ids, codes: no sort), else by np.unique."""
+    if not len(values):
+        return values, np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < max(4 * len(values), 1 << 16):
+        present = np.zeros(hi - lo + 1, bool)
+        present[values - lo] = True
+        number = np.cumsum(present) - 1
+        return np.flatnonzero(present) + lo, number[values - lo]
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return uniq, inverse.ravel()
 
 
 def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,10 +191,12 @@ def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     combination, the combination number of every row), by one 1-D unique."""
     key = np.zeros(len(columns[0]), np.int64)
     for c in columns:
-        rank = np.unique(c, return_inverse=True)[1].ravel()
-        key = key * (int(rank.max()) + 1 if len(rank) else 1) + rank
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
+        uniq, rank = _factorize(c)
+        key = key * max(len(uniq), 1) + rank
+    uniq, inverse = _factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[inverse[::-1]] = np.arange(len(key))[::-1]
+    return first, inverse
 
 
 def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
@@ -335,37 +354,15 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
-def _dense_codes(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct values of `code`, each row's number among them), without sorting the
-    rows when the values are small (they index a table of `space` entries)."""
-    if space <= max(4 * len(code), 1 << 16):
-        present = np.zeros(space, bool)
-        present[code] = True
-        uniq = np.flatnonzero(present)
-        number = np.cumsum(present) - 1
-        return uniq, number[code]
-    uniq, inverse = np.unique(code, return_inverse=True)
-    return uniq, inverse.ravel()
-
-
 def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
     step = assign_steps(start, _cat(ops.group, np.int64), extra.markers)
-    order = None
-    if len(step) and not bool(np.all(step[1:] >= step[:-1])):
-        order = np.argsort(step, kind="stable")  # by step, in line order within one
-        step = step[order]
-
-    def column(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
-        values = _cat(parts, dtype)
-        return values if order is None else values[order]
-
-    start = start if order is None else start[order]
+    column = _cat
     # One key per (lane, name).
     n_names = max(len(ops.names), 1)
-    lane = column(ops.lane)
-    uniq, key_id = _dense_codes(lane * n_names + column(ops.name), len(ops.lanes) * n_names)
+    lane = column(ops.lane, np.int64)
+    uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
     key_lane, key_name = uniq // n_names, uniq % n_names
     nodes = [ops.names[int(i)] for i in key_name]
     keys = pl.DataFrame({
@@ -376,11 +373,12 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
                                     dtype=pl.String),
     })
     n = len(step)
-    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if n else np.zeros(0, np.int64)
-    exec_idx = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    # Executions in file order (lines one after the other); exec_idx numbers them in the
+    # file, so (step, exec_idx) names each one.
+    exec_idx = np.arange(n)
     start_ns = start // 1000
-    own_ns, dur_ns = column(ops.self_ps) // 1000, column(ops.dur_ps) // 1000
-    thread = column(ops.thread)
+    own_ns, dur_ns = column(ops.self_ps, np.int64) // 1000, column(ops.dur_ps, np.int64) // 1000
+    thread = column(ops.thread, np.int64)
     zero = pl.lit(0, pl.Int64)
     executions = pl.DataFrame({
         "step": step, "exec_idx": exec_idx.astype(np.uint32),
@@ -393,11 +391,10 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
     )).select(list(ingest.NODE_SCHEMA))
     # Threads: each (step, lane, thread) that ran an op, with its line's name.
-    steps, step_no = np.unique(step, return_inverse=True) if n else (np.zeros(0), step)
-    threads_u, thread_no = np.unique(thread, return_inverse=True) if n else (thread, thread)
+    steps, step_no = _factorize(step)
+    threads_u, thread_no = _factorize(thread)
     n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
-    present, _ = _dense_codes((step_no.ravel() * n_lanes + lane) * n_threads
-                              + thread_no.ravel(), len(steps) * n_lanes * n_threads)
+    present, _ = _factorize((step_no * n_lanes + lane) * n_threads + thread_no)
     t_step = steps[present // (n_lanes * n_threads)] if n else present
     t_lane = (present // n_threads) % n_lanes
     t_thread = threads_u[present % n_threads] if n else present
