@@ -112,11 +112,12 @@ def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     return graph, pl.DataFrame(code, schema=ingest.CODE_SCHEMA)
 
 
-def read_file(path: Path, worker: str, native: bool | None = None) -> SourceFrames:
+def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
+              ) -> SourceFrames:
     """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
     False walks it with protobuf (the C decoder's oracle in tests)."""
     planes = planes_of(path, native)
-    ops, extra = read_planes(planes)
+    ops, extra = read_planes(planes, jobs)
     if not ops.start_ps:
         raise InputFileError(f"{path}: no op events (a TF2/JAX profile of no op?)")
     frames = frames_of(ops, extra, worker)
@@ -174,7 +175,7 @@ class XPlaneSource:
         return parts
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        result = read_file(part.path, part.worker)
+        result = read_file(part.path, part.worker, jobs=jobs)
         if progress:
             progress(1, 1)
         return result

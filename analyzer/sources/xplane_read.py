@@ -112,7 +112,10 @@ def parse_op_name(name: str) -> tuple[int, str, str]:
 def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Each event's duration less the durations of the events directly nested in it
     (events of one line nest properly, as TraceMe scopes do)."""
-    order = np.lexsort((-dur, start))
+    if len(start) < 2 or bool(np.all(start[1:] > start[:-1])):
+        order = np.arange(len(start))  # already in time order (a line usually is)
+    else:
+        order = np.lexsort((-dur, start))
     s, d = np.ascontiguousarray(start[order]), np.ascontiguousarray(dur[order])
     end = s + d
     if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
@@ -200,9 +203,14 @@ def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
-    """table[position of each key in the sorted `ids`], `default` where absent."""
+    """table[position of each key in the sorted `ids`], `default` where absent: by a
+    dense table indexed by id where ids are small (metadata ids are), else searchsorted."""
     if not len(ids):
-        return np.full(len(keys), default, table.dtype if len(table) else np.int64)
+        return np.full(len(keys), default, np.int64)
+    if 0 <= ids[0] and ids[-1] < (1 << 22):
+        dense = np.full(int(ids[-1]) + 2, default, table.dtype)
+        dense[ids] = table
+        return dense[np.clip(keys, 0, len(dense) - 1)] if len(keys) else keys
     pos = np.clip(np.searchsorted(ids, keys), 0, len(ids) - 1)
     return np.where(ids[pos] == keys, table[pos], default)
 
@@ -218,8 +226,8 @@ def _groups(line: Line, group_stat: int | None, index: np.ndarray) -> np.ndarray
     return np.where((g == ABSENT) | (g == OTHER), -1, g)
 
 
-def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp]
-               ) -> None:
+def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp],
+               jobs: int) -> None:
     kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
     ids = np.array(sorted(kinds), dtype=np.int64)
     codes = np.array([kinds[i][0] for i in ids], dtype=np.int64)
@@ -233,7 +241,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                       for i in ids], dtype=np.int64)
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
                      "allocation_bytes", "requested_bytes", "allocator_name")
-    for thread, line in enumerate(plane.lines(wanted)):
+    for thread, line in enumerate(plane.lines(wanted, jobs)):
         if not len(line.mid):
             continue
         base_ps = line.timestamp_ns * 1000
@@ -288,7 +296,7 @@ def _launcher(level0: str, tf_op: str, annotation: str) -> str:
     return annotation.split("::")[0].split("#")[0]
 
 
-def _read_device(plane: Plane, device: str, ops: Ops) -> None:
+def _read_device(plane: Plane, device: str, ops: Ops, jobs: int) -> None:
     get = plane.stat_ids.get
     attr = [get("level 0"), get("tf_op"), get("annotation")]
     wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id")
@@ -296,7 +304,7 @@ def _read_device(plane: Plane, device: str, ops: Ops) -> None:
     lane_name = f"{device}/stream:all"
     lane = ops.lane_id(lane_name)
     kernels = {mid: m.name for mid, m in plane.meta.event_metadata.items()}
-    for line in plane.lines(wanted):
+    for line in plane.lines(wanted, jobs):
         m = _STREAM_LINE.match(line.name)
         if not m or not len(line.mid):
             continue
@@ -318,8 +326,8 @@ def _read_device(plane: Plane, device: str, ops: Ops) -> None:
         ops.threads[(lane_name, stream)] = line.name
 
 
-def read_planes(planes: list[Plane]) -> tuple[Ops, Extra]:
-    """The op executions and markers/memory of every plane."""
+def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
+    """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
     ops, extra = Ops(), Extra()
     hlo: dict[tuple[int, str], HloOp] = {}
     for plane in planes:
@@ -329,9 +337,9 @@ def read_planes(planes: list[Plane]) -> tuple[Ops, Extra]:
             extra.warnings += warnings
     for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":
-            _read_host(plane, ops, extra, hlo)
+            _read_host(plane, ops, extra, hlo, jobs)
         elif m := _DEVICE_PLANE.match(plane.name):
-            _read_device(plane, f"/device:{m.group(1)}:{m.group(2)}", ops)
+            _read_device(plane, f"/device:{m.group(1)}:{m.group(2)}", ops, jobs)
     return ops, extra
 
 
