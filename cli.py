@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -84,6 +85,11 @@ def load(run_dir: str, no_cache: bool) -> Any:
 
     ctx = click.get_current_context(silent=True)
     source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
+    profile_run = ctx.meta.get(_PROFILE_RUN_KEY) if ctx is not None else None
+    if profile_run:
+        from analyzer.sources.xplane import profile_run_folder
+
+        run_dir = str(profile_run_folder(Path(run_dir), profile_run))
     progress = _Progress()
     try:
         run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source)
@@ -99,12 +105,22 @@ no_cache_option = click.option(
     "--no-cache", is_flag=True, help="Ingest step files again instead of reading the cache."
 )
 _SOURCE_KEY = "runlens.source"
-# One option for every command that reads a PATH; `load` takes it from the context.
-source_option = click.option(
+_PROFILE_RUN_KEY = "runlens.profile_run"
+# Options for every command that reads a PATH; `load` takes them from the context.
+_source = click.option(
     "--source", metavar="KIND", default=None, expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
     help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
-         "tfprof, ...; docs/sources.md) instead of detecting it.")
+         "tfprof, xplane, ...; docs/sources.md) instead of detecting it.")
+_profile_run = click.option(
+    "--profile-run", metavar="NAME", default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PROFILE_RUN_KEY, value),
+    help="PATH is a TensorBoard logdir: read its profile run NAME "
+         "(plugins/profile/NAME/) instead of the newest (docs/xplane.md).")
+
+
+def source_option(f: Any) -> Any:
+    return _source(_profile_run(f))
 
 
 def _version() -> str:

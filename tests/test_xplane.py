@@ -192,3 +192,13 @@ def test_native_decoder_gives_the_protobuf_walks_frames(path: Path) -> None:
     assert native.lacks == walked.lacks
     for name, frame in walked.frames.items():
         assert native.frames[name].equals(frame), name
+
+
+def test_profile_run_option_chooses_a_run_of_a_logdir(tmp_path: Path) -> None:
+    logdir = _logdir_with_two_runs(tmp_path)
+    old = run_cli(["ops", logdir, "--profile-run", "2026_01_01_00_00_00", "--format", "json"])
+    new = run_cli(["ops", logdir, "--format", "json"])
+    assert "_MklMatMul" in old.output  # tf_function's ops, not keras_fit's
+    assert old.output != new.output
+    bad = run_cli(["ops", logdir, "--profile-run", "nope"], expect_exit=2)
+    assert "no profile run 'nope'" in bad.output and "2026_01_02_00_00_00" in bad.output

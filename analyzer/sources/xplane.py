@@ -58,13 +58,21 @@ def xplane_files(path: Path, profile_run: str | None = None) -> list[Path]:
     runs = profile_runs(path)
     if not runs:
         return []
-    if profile_run is None:
-        return sorted(runs[-1].glob(f"*{SUFFIX}"))
-    chosen = [r for r in runs if r.name == profile_run]
+    run = runs[-1] if profile_run is None else profile_run_folder(path, profile_run)
+    return sorted(run.glob(f"*{SUFFIX}"))
+
+
+def profile_run_folder(logdir: Path, name: str) -> Path:
+    """The folder of profile run `name` of a TensorBoard logdir (--profile-run)."""
+    runs = profile_runs(logdir)
+    if not runs:
+        raise RunDirError(f"{logdir}: --profile-run needs a TensorBoard logdir "
+                          "(plugins/profile/<run>/ with .xplane.pb files)")
+    chosen = [r for r in runs if r.name == name]
     if not chosen:
-        raise RunDirError(f"{path}: no profile run {profile_run!r} (it has: "
+        raise RunDirError(f"{logdir}: no profile run {name!r} (it has: "
                           + ", ".join(r.name for r in runs) + ")")
-    return sorted(chosen[0].glob(f"*{SUFFIX}"))
+    return chosen[0]
 
 
 def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[str]]:
