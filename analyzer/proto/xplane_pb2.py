@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61nalyzer/proto/xplane.proto\x12\x10runlens.profiler\"g\n\x06XSpace\x12(\n\x06planes\x18\x01 \x03(\x0b\x32\x18.runlens.profiler.XPlane\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\x12\x11\n\thostnames\x18\x04 \x03(\t\"\xa8\x03\n\x06XPlane\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12&\n\x05lines\x18\x03 \x03(\x0b\x32\x17.runlens.profiler.XLine\x12\x43\n\x0e\x65vent_metadata\x18\x04 \x03(\x0b\x32+.runlens.profiler.XPlane.EventMetadataEntry\x12\x41\n\rstat_metadata\x18\x05 \x03(\x0b\x32*.runlens.profiler.XPlane.StatMetadataEntry\x12&\n\x05stats\x18\x06 \x03(\x0b\x32\x17.runlens.profiler.XStat\x1aV\n\x12\x45ventMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12/\n\x05value\x18\x02 \x01(\x0b\x32 .runlens.profiler.XEventMetadata:\x02\x38\x01\x1aT\n\x11StatMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.runlens.profiler.XStatMetadata:\x02\x38\x01\"\xb8\x01\n\x05XLine\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x12\n\ndisplay_id\x18\n \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x0b \x01(\t\x12\x14\n\x0ctimestamp_ns\x18\x03 \x01(\x03\x12\x13\n\x0b\x64uration_ps\x18\t \x01(\x03\x12(\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x18.runlens.profiler.XEventJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\t\"\x92\x01\n\x06XEvent\x12\x13\n\x0bmetadata_id\x18\x01 \x01(\x03\x12\x13\n\toffset_ps\x18\x02 \x01(\x03H\x00\x12\x19\n\x0fnum_occurrences\x18\x05 \x01(\x03H\x00\x12\x13\n\x0b\x64uration_ps\x18\x03 \x01(\x03\x12&\n\x05stats\x18\x04 \x03(\x0b\x32\x17.runlens.profiler.XStatB\x06\n\x04\x64\x61ta\"\xad\x01\n\x05XStat\x12\x13\n\x0bmetadata_id\x18\x01 \x01(\x03\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cuint64_value\x18\x03 \x01(\x04H\x00\x12\x15\n\x0bint64_value\x18\x04 \x01(\x03H\x00\x12\x13\n\tstr_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x13\n\tref_value\x18\x07 \x01(\x04H\x00\x42\x07\n\x05value\"\x8c\x01\n\x0eXEventMetadata\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\x0c\x12&\n\x05stats\x18\x05 \x03(\x0b\x32\x17.runlens.profiler.XStat\x12\x10\n\x08\x63hild_id\x18\x06 \x03(\x03\">\n\rXStatMetadata\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61nalyzer/proto/xplane.proto\x12\x13runlens.tf.profiler\"j\n\x06XSpace\x12+\n\x06planes\x18\x01 \x03(\x0b\x32\x1b.runlens.tf.profiler.XPlane\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x10\n\x08warnings\x18\x03 \x03(\t\x12\x11\n\thostnames\x18\x04 \x03(\t\"\xba\x03\n\x06XPlane\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x05lines\x18\x03 \x03(\x0b\x32\x1a.runlens.tf.profiler.XLine\x12\x46\n\x0e\x65vent_metadata\x18\x04 \x03(\x0b\x32..runlens.tf.profiler.XPlane.EventMetadataEntry\x12\x44\n\rstat_metadata\x18\x05 \x03(\x0b\x32-.runlens.tf.profiler.XPlane.StatMetadataEntry\x12)\n\x05stats\x18\x06 \x03(\x0b\x32\x1a.runlens.tf.profiler.XStat\x1aY\n\x12\x45ventMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.runlens.tf.profiler.XEventMetadata:\x02\x38\x01\x1aW\n\x11StatMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x31\n\x05value\x18\x02 \x01(\x0b\x32\".runlens.tf.profiler.XStatMetadata:\x02\x38\x01\"\xbb\x01\n\x05XLine\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x12\n\ndisplay_id\x18\n \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x0b \x01(\t\x12\x14\n\x0ctimestamp_ns\x18\x03 \x01(\x03\x12\x13\n\x0b\x64uration_ps\x18\t \x01(\x03\x12+\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x1b.runlens.tf.profiler.XEventJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07J\x04\x08\x07\x10\x08J\x04\x08\x08\x10\t\"\x95\x01\n\x06XEvent\x12\x13\n\x0bmetadata_id\x18\x01 \x01(\x03\x12\x13\n\toffset_ps\x18\x02 \x01(\x03H\x00\x12\x19\n\x0fnum_occurrences\x18\x05 \x01(\x03H\x00\x12\x13\n\x0b\x64uration_ps\x18\x03 \x01(\x03\x12)\n\x05stats\x18\x04 \x03(\x0b\x32\x1a.runlens.tf.profiler.XStatB\x06\n\x04\x64\x61ta\"\xad\x01\n\x05XStat\x12\x13\n\x0bmetadata_id\x18\x01 \x01(\x03\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cuint64_value\x18\x03 \x01(\x04H\x00\x12\x15\n\x0bint64_value\x18\x04 \x01(\x03H\x00\x12\x13\n\tstr_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x12\x13\n\tref_value\x18\x07 \x01(\x04H\x00\x42\x07\n\x05value\"\x8f\x01\n\x0eXEventMetadata\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\x0c\x12)\n\x05stats\x18\x05 \x03(\x0b\x32\x1a.runlens.tf.profiler.XStat\x12\x10\n\x08\x63hild_id\x18\x06 \x03(\x03\">\n\rXStatMetadata\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,22 +35,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_XPLANE_EVENTMETADATAENTRY']._serialized_options = b'8\001'
   _globals['_XPLANE_STATMETADATAENTRY']._loaded_options = None
   _globals['_XPLANE_STATMETADATAENTRY']._serialized_options = b'8\001'
-  _globals['_XSPACE']._serialized_start=49
-  _globals['_XSPACE']._serialized_end=152
-  _globals['_XPLANE']._serialized_start=155
-  _globals['_XPLANE']._serialized_end=579
-  _globals['_XPLANE_EVENTMETADATAENTRY']._serialized_start=407
-  _globals['_XPLANE_EVENTMETADATAENTRY']._serialized_end=493
-  _globals['_XPLANE_STATMETADATAENTRY']._serialized_start=495
-  _globals['_XPLANE_STATMETADATAENTRY']._serialized_end=579
-  _globals['_XLINE']._serialized_start=582
-  _globals['_XLINE']._serialized_end=766
-  _globals['_XEVENT']._serialized_start=769
-  _globals['_XEVENT']._serialized_end=915
-  _globals['_XSTAT']._serialized_start=918
-  _globals['_XSTAT']._serialized_end=1091
-  _globals['_XEVENTMETADATA']._serialized_start=1094
-  _globals['_XEVENTMETADATA']._serialized_end=1234
-  _globals['_XSTATMETADATA']._serialized_start=1236
-  _globals['_XSTATMETADATA']._serialized_end=1298
+  _globals['_XSPACE']._serialized_start=52
+  _globals['_XSPACE']._serialized_end=158
+  _globals['_XPLANE']._serialized_start=161
+  _globals['_XPLANE']._serialized_end=603
+  _globals['_XPLANE_EVENTMETADATAENTRY']._serialized_start=425
+  _globals['_XPLANE_EVENTMETADATAENTRY']._serialized_end=514
+  _globals['_XPLANE_STATMETADATAENTRY']._serialized_start=516
+  _globals['_XPLANE_STATMETADATAENTRY']._serialized_end=603
+  _globals['_XLINE']._serialized_start=606
+  _globals['_XLINE']._serialized_end=793
+  _globals['_XEVENT']._serialized_start=796
+  _globals['_XEVENT']._serialized_end=945
+  _globals['_XSTAT']._serialized_start=948
+  _globals['_XSTAT']._serialized_end=1121
+  _globals['_XEVENTMETADATA']._serialized_start=1124
+  _globals['_XEVENTMETADATA']._serialized_end=1267
+  _globals['_XSTATMETADATA']._serialized_start=1269
+  _globals['_XSTATMETADATA']._serialized_end=1331
 # @@protoc_insertion_point(module_scope)

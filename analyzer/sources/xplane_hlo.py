@@ -6,7 +6,7 @@ JAX writes a `/host:metadata` plane whose event metadata hold one serialized
 OpMetadata carries `op_name` (the `jax.named_scope` path, e.g.
 "jit(train_step)/jit(main)/dense1/dot_general"), `op_type` and a source line (directly,
 or through the module's stack frame index). Only that subset of the proto is vendored
-(analyzer/proto/hlo_metadata.proto); the rest is skipped as unknown fields.
+(analyzer/proto/hlo.proto, xla_data.proto); the rest is skipped as unknown fields.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from analyzer.proto import hlo_metadata_pb2, xplane_pb2
+from analyzer.proto import hlo_pb2, xla_data_pb2, xplane_pb2
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class HloOp:
     frames: tuple[tuple[str, int, str], ...]  # (file, line, function), outermost first
 
 
-def _frames(meta: hlo_metadata_pb2.OpMetadata, index: hlo_metadata_pb2.StackFrameIndexProto
+def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
             ) -> tuple[tuple[str, int, str], ...]:
     out: list[tuple[str, int, str]] = []
     frame_id, seen = meta.stack_frame_id, 0
@@ -62,7 +62,7 @@ def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp],
         if proto is None:
             continue
         try:
-            module = hlo_metadata_pb2.HloProto.FromString(proto).hlo_module
+            module = hlo_pb2.HloProto.FromString(proto).hlo_module
         except (DecodeError, RuntimeError) as e:
             warnings.append(f"HLO metadata of {meta.name!r} unreadable ({e})")
             continue

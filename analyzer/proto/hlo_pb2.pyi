@@ -1,3 +1,4 @@
+from analyzer.proto import xla_data_pb2 as _xla_data_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -44,23 +45,9 @@ class HloInstructionProto(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     opcode: str
-    metadata: OpMetadata
+    metadata: _xla_data_pb2.OpMetadata
     id: int
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[OpMetadata, _Mapping]] = ..., id: _Optional[int] = ...) -> None: ...
-
-class OpMetadata(_message.Message):
-    __slots__ = ("op_type", "op_name", "source_file", "source_line", "stack_frame_id")
-    OP_TYPE_FIELD_NUMBER: _ClassVar[int]
-    OP_NAME_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_FILE_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_LINE_FIELD_NUMBER: _ClassVar[int]
-    STACK_FRAME_ID_FIELD_NUMBER: _ClassVar[int]
-    op_type: str
-    op_name: str
-    source_file: str
-    source_line: int
-    stack_frame_id: int
-    def __init__(self, op_type: _Optional[str] = ..., op_name: _Optional[str] = ..., source_file: _Optional[str] = ..., source_line: _Optional[int] = ..., stack_frame_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., id: _Optional[int] = ...) -> None: ...
 
 class StackFrameIndexProto(_message.Message):
     __slots__ = ("file_names", "function_names", "file_locations", "stack_frames")
