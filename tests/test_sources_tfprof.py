@@ -90,9 +90,41 @@ def test_views_of_a_serialized_profile_equal_the_profilers_own(name, tmp_path):
     target = tmp_path / "profile_1"
     target.write_bytes(prof.serialize_to_string())
     run = load_run(target, use_cache=False)
-    for kw in parity.SCOPE_OPTION_SETS:
+    steps = run.steps
+    for kw in [*parity.SCOPE_OPTION_SETS, {"step": steps[len(steps) // 2]}]:
         parity._check_scopes(run_dir, run, kw)
-    for kw in parity.OP_OPTION_SETS:
+    for kw in [*parity.OP_OPTION_SETS, {"step": steps[-1]}]:
         parity._check_ops(run_dir, run, kw)
     for kw in parity.CODE_OPTION_SETS:
         parity._check_code(run_dir, run, kw)
+
+
+@pytest.mark.skipif(not HAS_TF, reason="the live oracle needs TensorFlow (dev extra)")
+@pytest.mark.parametrize("name", ["gpu_kittibox", "gpu_mnist"])
+def test_gpu_profile_keeps_tfprofs_accelerator_and_cpu_time(name, tmp_path):
+    """Real GPU traces: tfprof's profile keeps /stream:all (accelerator) and op-lane (cpu)
+    times; per node they equal tfprof's scope view of the same Profiler."""
+    from analyzer.nodestats import node_stats
+    from tests import tfprof_oracle as oracle
+
+    prof = oracle.profiler(FIXTURES / name, graph=False)
+    target = tmp_path / "profile_5"
+    target.write_bytes(prof.serialize_to_string())
+    rows = []
+
+    def walk(n):
+        if n.name != "_TFProfRoot":
+            rows.append({"name": n.name, "t_micros": n.exec_micros,
+                         "t_cpu_micros": n.cpu_exec_micros,
+                         "t_accelerator_micros": n.accelerator_exec_micros,
+                         "t_occurrence": n.run_count})
+        for c in n.children:
+            walk(c)
+
+    walk(prof.profile_name_scope(oracle.options()))
+    ours = node_stats(load_run(target, use_cache=False))
+    assert ours["accelerator_micros"].sum() > 0
+    joined = ours.join(pl.DataFrame(rows), on="name", how="inner")
+    assert joined.height == ours.height
+    for m in ("micros", "cpu_micros", "accelerator_micros", "occurrence"):
+        assert (joined[m] == joined[f"t_{m}"]).all(), m

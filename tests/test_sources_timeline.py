@@ -149,3 +149,15 @@ def test_cache_of_a_timeline_file_follows_its_file(tmp_path):
     text = trace.read_text()
     trace.write_text(text.replace('"ts": ', '"ts": 1', 1))  # another file now
     assert not _sorted_nodes(load_run(trace)).equals(_sorted_nodes(fresh))
+
+
+def test_gzipped_timelines_read_as_the_plain_ones(tmp_path):
+    import gzip
+
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    for p in HOOK.glob("timeline-*.json"):
+        (folder / f"{p.name}.gz").write_bytes(gzip.compress(p.read_bytes()))
+    assert detect(folder).kind == "timeline"
+    assert_frame_equal(_sorted_nodes(load_run(folder, use_cache=False)),
+                       _sorted_nodes(load_run(HOOK, use_cache=False)))

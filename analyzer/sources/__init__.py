@@ -7,13 +7,15 @@ analyzer.load turns into a Run. What a format does not hold stays empty and is n
 `lacks` (what -> why), so that views and checkers can say what they skipped instead of
 inventing it.
 
-Raw frames (SourceFrames.frames), each with a `worker` column:
+Raw frames (SourceFrames.frames); `raw_frames` below adds the `worker` column where it
+belongs (keys, output_keys and the per-worker frames) and the frames a source leaves out:
 - `executions` (ingest.NODE_SCHEMA: numbers and a key_id) and `keys` (worker, lane,
   node_name, timeline_label), or, simpler for a new source, `nodes`: one row per
-  execution with NODE_SCHEMA's numbers (no key_id) and the key's four columns; `raw_frames`
-  below splits it;
-- `output_rows` + `output_keys` (or `outputs`), `memory`, `allocations`, `threads`,
-  `graph_nodes`, `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+  execution with NODE_SCHEMA's numbers (no key_id) and lane, node_name, timeline_label;
+  `raw_frames` splits it (`split_nodes`);
+- `output_rows` + `output_keys`, `memory`, `allocations`, `threads`, `graph_nodes`,
+  `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+How to add a source: docs/sources.md.
 """
 
 from __future__ import annotations

@@ -73,6 +73,16 @@ def _looks_like_profile(path: Path) -> bool:
     return True
 
 
+def _starts_like_profile(path: Path) -> bool:
+    """A ProfileProto's first field is a `nodes` entry (field 1, length-delimited) or
+    has_trace/steps; cheap enough for detection (reading parses the whole file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) in (b"\x0a", b"\x10", b"\x18", b"\x1a")
+    except OSError:
+        return False
+
+
 def _strings(profile: Any) -> dict[int, str]:
     return dict(profile.id_to_string)
 
@@ -111,55 +121,84 @@ def _op_log_and_code(profile: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.DataFrame(code, schema=ingest.CODE_SCHEMA))
 
 
-_ROW = ("step", "lane", "node_name", "timeline_label", "all_start_us", "dur_us",
-        "mem_total_bytes", "mem_peak_bytes", "mem_live_bytes", "allocator_bytes_in_use",
-        "output_bytes")
-
-
 def _executions(profile: Any) -> pl.DataFrame:
-    """One row per timed run of a node in a step, memory on its first canonical one."""
-    cols: dict[str, list] = {c: [] for c in _ROW}
-
-    def add(step: int, lane: str, name: str, label: str, start: int, dur: int,
-            mem: tuple[int, int, int, int, int]) -> None:
-        for c, v in zip(_ROW, (step, lane, name, label, start, dur, *mem), strict=True):
-            cols[c].append(v)
-
-    none = (0, 0, 0, 0, 0)
-    for _, node in sorted(profile.nodes.items()):
-        label = f"{node.name} = {node.op}()"
-        for step, ex in sorted(node.execs.items()):
-            memory = (sum(m.requested_bytes for m in ex.memory_execs),
-                      sum(m.peak_bytes for m in ex.memory_execs),
-                      sum(m.residual_bytes for m in ex.memory_execs),
-                      max((m.allocator_bytes_in_use for m in ex.memory_execs), default=0),
-                      sum(m.output_bytes for m in ex.memory_execs))
+    """One row per timed run of a node in a step; a step's memory on the node's first
+    run on its canonical device (views sum per node and step, so that is where it
+    counts). The protobuf walk only collects numbers; polars numbers and joins them."""
+    step_c: list[int] = []
+    lane_c: list[str] = []
+    name_c: list[str] = []
+    start_c: list[int] = []
+    dur_c: list[int] = []
+    mem_step: list[int] = []
+    mem_lane: list[str] = []
+    mem_name: list[str] = []
+    mem_values: list[tuple[int, int, int, int, int]] = []
+    memory_columns = ["mem_total_bytes", "mem_peak_bytes", "mem_live_bytes",
+                      "allocator_bytes_in_use", "output_bytes"]
+    ops: dict[str, str] = {}
+    for node in profile.nodes.values():
+        name = node.name
+        ops[name] = node.op
+        for step, ex in node.execs.items():
             for execs in (ex.cpu_execs, ex.accelerator_execs):
-                for lane, times in sorted(execs.items()):
+                for lane, times in execs.items():
                     for t in times.times:
-                        start, dur = t.int64_values[0], t.int64_values[1]
-                        own = lane == node.canonical_device and memory is not none
-                        add(step, lane, node.name, label, start, dur, memory if own else none)
-                        if own:
-                            memory = none
-    frame = pl.DataFrame(cols, schema={
-        "step": pl.Int64, "lane": pl.String, "node_name": pl.String,
-        "timeline_label": pl.String, "all_start_us": pl.Int64, "dur_us": pl.Int64,
-        **{c: pl.Int64 for c in _ROW[6:]}})
+                        start, dur = t.int64_values
+                        step_c.append(step)
+                        lane_c.append(lane)
+                        name_c.append(name)
+                        start_c.append(start)
+                        dur_c.append(dur)
+            m = ex.memory_execs
+            if not m:
+                continue
+            mem_step.append(step)
+            mem_lane.append(node.canonical_device)
+            mem_name.append(name)
+            if len(m) == 1:  # the usual case: one NodeExecStats on the canonical device
+                x = m[0]
+                mem_values.append((x.requested_bytes, x.peak_bytes, x.residual_bytes,
+                                   x.allocator_bytes_in_use, x.output_bytes))
+            else:
+                mem_values.append((sum(x.requested_bytes for x in m),
+                                   sum(x.peak_bytes for x in m),
+                                   sum(x.residual_bytes for x in m),
+                                   max(x.allocator_bytes_in_use for x in m),
+                                   sum(x.output_bytes for x in m)))
+    runs = pl.DataFrame({"step": step_c, "lane": lane_c, "node_name": name_c,
+                         "all_start_us": start_c, "dur_us": dur_c},
+                        schema={"step": pl.Int64, "lane": pl.String, "node_name": pl.String,
+                                "all_start_us": pl.Int64, "dur_us": pl.Int64})
+    values: list[Any] = (list(zip(*mem_values, strict=True)) if mem_values
+                         else [[] for _ in range(5)])
+    memory = pl.DataFrame(
+        {"step": mem_step, "lane": mem_lane, "node_name": mem_name,
+         **dict(zip(memory_columns, values, strict=True))},
+        schema={"step": pl.Int64, "lane": pl.String, "node_name": pl.String,
+                **{c: pl.Int64 for c in memory_columns}})
+    labels = pl.DataFrame({"node_name": list(ops), "op": list(ops.values())},
+                          schema={"node_name": pl.String, "op": pl.String})
     zero = pl.lit(0, pl.Int64)
     return (
-        frame.sort("step", "all_start_us", "lane", "node_name", maintain_order=True)
-        .with_columns(exec_idx=pl.int_range(pl.len(), dtype=pl.UInt32).over("step"))
+        runs.sort("step", "all_start_us", "lane", "node_name", maintain_order=True)
+        .with_columns(exec_idx=pl.int_range(pl.len(), dtype=pl.UInt32).over("step"),
+                      first=pl.int_range(pl.len()).over("step", "lane", "node_name") == 0)
+        .join(memory.with_columns(first=pl.lit(True)), on=["step", "lane", "node_name",
+                                                            "first"],
+              how="left", maintain_order="left")
+        .join(labels, on="node_name", how="left", maintain_order="left")
         .select(
             "step", "exec_idx", "all_start_us", op_start_rel_us=zero,
             op_end_rel_us=pl.col("dur_us"), all_end_rel_us=pl.col("dur_us"),
             scheduled_us=zero, start_ns=pl.col("all_start_us") * 1000, op_start_rel_ns=zero,
             op_end_rel_ns=pl.col("dur_us") * 1000, all_end_rel_ns=pl.col("dur_us") * 1000,
             scheduled_ns=zero, thread_id=pl.lit(0, pl.UInt32),
-            mem_total_bytes="mem_total_bytes", mem_peak_bytes="mem_peak_bytes",
-            mem_live_bytes="mem_live_bytes", allocator_bytes_in_use="allocator_bytes_in_use",
-            temp_bytes=zero, persistent_bytes=zero, output_bytes="output_bytes",
-            lane="lane", node_name="node_name", timeline_label="timeline_label")
+            **{c: pl.col(c).fill_null(0) for c in memory_columns[:4]},
+            temp_bytes=zero, persistent_bytes=zero,
+            output_bytes=pl.col("output_bytes").fill_null(0),
+            lane="lane", node_name="node_name",
+            timeline_label=pl.format("{} = {}()", "node_name", "op"))
     )
 
 
@@ -172,6 +211,8 @@ class TfprofSource:
         if path.is_dir():
             found = _candidates(path)
             return bool(found) and _looks_like_profile(found[-1][1])
+        if path.is_file() and _PROFILE_RE.match(path.name):
+            return _starts_like_profile(path)  # parsed (and judged) when read
         return path.is_file() and _looks_like_profile(path)
 
     def parts(self, path: Path) -> list[Part]:
@@ -189,12 +230,15 @@ class TfprofSource:
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         path = Path(part.files[0])
         profile = parse(path)
-        op_log, code = _op_log_and_code(profile)
+        try:
+            op_log, code = _op_log_and_code(profile)
+            frames = {"nodes": _executions(profile), "graph_nodes": _graph(profile, str(path)),
+                      "op_log": op_log, "code": code}
+        except (ValueError, IndexError) as e:  # e.g. a run time that is not (start, dur)
+            raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})") from None
         lacks = dict(LACKS)
         if not profile.has_trace or not code.height:
             lacks["code"] = "this tfprof profile has no code traces"
-        frames = {"nodes": _executions(profile), "graph_nodes": _graph(profile, str(path)),
-                  "op_log": op_log, "code": code}
         return SourceFrames(frames, [], lacks)
 
 

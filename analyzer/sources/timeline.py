@@ -43,6 +43,8 @@ Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"
 _NUMBER_RE = re.compile(r"(\d+)")
 _WHY = "not in tf.timeline files"
+# args keys in the order tf.timeline writes them, by their number (name, op, input0, ...)
+_ARG_KEYS = [["name", "op"][:n] + [f"input{i}" for i in range(n - 2)] for n in range(256)]
 LACKS = {"memory": _WHY, "outputs": _WHY, "code": _WHY, "graph": _WHY}
 
 
@@ -89,13 +91,22 @@ def load_events(path: str | Path) -> list[Event]:
 
 def compute_lanes(events: list[Event]) -> dict[int, str]:
     """pid -> device of every "<device> Compute" process, in pid (= dev_stats) order."""
+    return lanes_and_ops(events)[0]
+
+
+def lanes_and_ops(events: list[Event]) -> tuple[dict[int, str], list[Event]]:
+    """In one pass: the Compute lanes (compute_lanes) and every "X" event (of any pid)."""
     lanes = {}
+    ops = []
     for e in events:
-        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
+        ph = e.get("ph")
+        if ph == "X":
+            ops.append(e)
+        elif ph == "M" and e.get("name") == "process_name":
             name = (e.get("args") or {}).get("name", "")
             if isinstance(name, str) and name.endswith(COMPUTE_SUFFIX):
                 lanes[e["pid"]] = name[: -len(COMPUTE_SUFFIX)]
-    return dict(sorted(lanes.items()))
+    return dict(sorted(lanes.items())), ops
 
 
 def is_gputrace_device(device: str) -> bool:
@@ -157,6 +168,9 @@ def match_lanes(run: list[Event], reference: list[Event], pids: list[int]) -> di
 
 def inputs(args: dict[str, Any]) -> list[str]:
     """args input0, input1, ... in index order (JSON key order is not reliable)."""
+    keys = list(args)
+    if keys == _ARG_KEYS[len(keys)]:  # as tf.timeline writes them: name, op, input0, ...
+        return list(args.values())[2:]
     found = {int(k[5:]): v for k, v in args.items() if k.startswith("input") and k[5:].isdigit()}
     if sorted(found) != list(range(len(found))):
         raise ValueError(f"inputs of {args.get('name')!r} are not numbered 0..n-1")
@@ -196,18 +210,22 @@ _COLUMNS = ("step", "exec_idx", "lane", "node_name", "timeline_label", "all_star
 
 def _rows(events: list[Event], mapping: dict[int, int], lanes: dict[int, str], step: int,
           cols: dict[str, list]) -> None:
-    for idx, e in enumerate(events):
-        device = lanes[mapping[e["pid"]]]
+    devices = {pid: lanes[mapping[pid]] for pid in mapping}
+    traced = {pid: is_gputrace_device(d) for pid, d in devices.items()}
+    lane, names, labels = cols["lane"], cols["node_name"], cols["timeline_label"]
+    starts, durs, tids = cols["all_start_us"], cols["dur_us"], cols["thread_id"]
+    for e in events:
+        pid = e["pid"]
         args = e["args"]
         name, op = args["name"], args["op"]
-        cols["step"].append(step)
-        cols["exec_idx"].append(idx)
-        cols["lane"].append(device)
-        cols["node_name"].append(node_name(name, op, device))
-        cols["timeline_label"].append(label(name, op, args))
-        cols["all_start_us"].append(int(e["ts"]))
-        cols["dur_us"].append(int(e["dur"]))
-        cols["thread_id"].append(int(e["tid"]))
+        lane.append(devices[pid])
+        names.append(f"{name}:{op}" if traced[pid] and op != "unknown" else name)
+        labels.append(f"{name} = {op}({', '.join(inputs(args))})")
+        starts.append(int(e["ts"]))
+        durs.append(int(e["dur"]))
+        tids.append(int(e["tid"]))
+    cols["step"].extend([step] * len(events))
+    cols["exec_idx"].extend(range(len(events)))
 
 
 def file_rows(path: Path, first_step: int | None, one_step: bool,
@@ -216,20 +234,22 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
 
     `first_step`: the step its (first) run is; `one_step`: never split it."""
     events = load_events(path)
-    lanes = compute_lanes(events)
-    if not lanes:
-        raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
-                             "process)")
-    runs = runs_in_order(events, lanes)
-    if one_step and len(runs) > 1:
-        runs = [(sorted((e for r, _ in runs for e in r), key=lambda e: e["pid"]),
-                 {p: p for p in lanes})]
-    start = first_step if first_step is not None else 1
     mark = len(cols["step"])
     try:
+        lanes, ops = lanes_and_ops(events)
+        if not lanes:
+            raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
+                                 "process)")
+        if one_step:  # one session.run: its lanes in pid order, as dev_stats were
+            ops = [e for e in ops if e.get("pid") in lanes]
+            ops.sort(key=lambda e: e["pid"])  # stable: each lane keeps its order
+            runs = [(ops, {p: p for p in lanes})]
+        else:
+            runs = runs_in_order(events, lanes)
+        start = first_step if first_step is not None else 1
         for i, (run, mapping) in enumerate(runs):
             _rows(run, mapping, lanes, start + i, cols)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         for values in cols.values():
             del values[mark:]
         raise InputFileError(f"{path}: not a tf.timeline trace (bad event: "
@@ -287,34 +307,70 @@ class TimelineSource:
         return [Part(self.kind, path, "worker:0", tuple(str(f) for f in files))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        cols: dict[str, list] = {c: [] for c in _COLUMNS}
-        warnings: list[str] = []
-        folder = part.path.is_dir()
-        used: set[int] = set()
-        for n, name in enumerate(part.files):
-            path = Path(name)
-            step = _step_of(path) if folder or len(part.files) > 1 else None
-            if step is None or step in used:
-                step = max(used, default=0) + 1
-            mark = len(cols["step"])
-            try:
-                count = file_rows(path, step, one_step=folder, cols=cols)
-            except InputFileError as e:
-                if not folder:
-                    raise
-                warnings.append(str(e))
-                continue
-            named = _step_of(path)
-            if not folder and count == 1 and named is not None:  # a lone timeline-<N>.json
-                cols["step"][mark:] = [named] * (len(cols["step"]) - mark)
-            used.update(range(step, step + count))
-            if progress is not None:
-                progress(n + 1, len(part.files))
-        if not cols["step"]:
+        if part.path.is_dir():
+            frame, warnings = _read_folder(part.files, jobs, progress)
+        else:
+            frame, warnings = _read_lone(Path(part.files[0])), []
+        if frame is None:
             raise RunDirError(f"{part.path}: no readable tf.timeline file "
                               f"({len(warnings)} skipped; first: "
                               f"{warnings[0] if warnings else 'none'})")
-        return SourceFrames({"nodes": nodes_frame(cols)}, warnings, dict(LACKS))
+        return SourceFrames({"nodes": frame}, warnings, dict(LACKS))
+
+
+def _read_lone(path: Path) -> pl.DataFrame:
+    """One file: one step (numbered from its name, else 1) or merged runs (1..N)."""
+    cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    count = file_rows(path, 1, one_step=False, cols=cols)
+    named = _step_of(path)
+    if count == 1 and named is not None:  # a lone timeline-<N>.json
+        cols["step"] = [named] * len(cols["step"])
+    return nodes_frame(cols)
+
+
+def folder_steps(files: tuple[str, ...]) -> list[int]:
+    """Each file's step: the last number in its name; the next free one when it has none
+    or another file has it."""
+    steps: list[int] = []
+    used: set[int] = set()
+    for name in files:
+        step = _step_of(Path(name))
+        if step is None or step in used:
+            step = max(used, default=0) + 1
+        used.add(step)
+        steps.append(step)
+    return steps
+
+
+def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list[str]]:
+    """Files of a folder, one step each -> their executions and one warning per file
+    skipped."""
+    cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    warnings = []
+    for name, step in items:
+        try:
+            file_rows(Path(name), step, one_step=True, cols=cols)
+        except InputFileError as e:
+            warnings.append(str(e))
+    return (nodes_frame(cols) if cols["step"] else None), warnings
+
+
+def _read_folder(files: tuple[str, ...], jobs: int, progress: Progress | None
+                 ) -> tuple[pl.DataFrame | None, list[str]]:
+    """Every file of a folder, one step each, in chunks of 500 (progress per chunk).
+
+    Serial: two processes read 10,000 ProfilerHook files no faster on the shared 2-core
+    machine of benchmarks/README.md (4.3 s vs 4.7 s under load), so `jobs` is unused."""
+    items = list(zip(files, folder_steps(files), strict=True))
+    frames, warnings = [], []
+    for start in range(0, len(items), 500):
+        frame, skipped = _read_files(items[start:start + 500])
+        if frame is not None:
+            frames.append(frame)
+        warnings += skipped
+        if progress is not None:
+            progress(min(start + 500, len(items)), len(items))
+    return (pl.concat(frames, how="vertical") if frames else None), warnings
 
 
 SOURCE = TimelineSource()
