@@ -202,3 +202,16 @@ def test_profile_run_option_chooses_a_run_of_a_logdir(tmp_path: Path) -> None:
     assert old.output != new.output
     bad = run_cli(["ops", logdir, "--profile-run", "nope"], expect_exit=2)
     assert "no profile run 'nope'" in bad.output and "2026_01_02_00_00_00" in bad.output
+
+
+def test_a_bad_host_file_leaves_the_others_readable(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(fixture_file("tf_function"), run / "good.xplane.pb")
+    whole = fixture_file("keras_fit").read_bytes()
+    (run / "cut.xplane.pb").write_bytes(whole[: len(whole) // 2])  # truncated mid-write
+    result = run_cli(["ops", run, "--no-cache"])
+    assert "cut.xplane.pb" in result.output and "_MklMatMul" in result.output
+    (run / "good.xplane.pb").write_bytes(b"\x0a\x05abc")
+    result = run_cli(["ops", run, "--no-cache"], expect_exit=2)
+    assert "no readable .xplane.pb file" in result.output
