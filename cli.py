@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -113,16 +114,29 @@ def _selection(ctx: click.Context | None) -> Any:
     """What the user picked among what PATH holds (flags that load() reads from the context)."""
     from analyzer.sources import Selection
 
-    return Selection(workers=bool(ctx and ctx.meta.get("runlens.workers", False)))
+    if ctx is None:
+        return Selection()
+    return Selection(workers=bool(ctx.meta.get("runlens.workers", False)),
+                     profile_run=ctx.meta.get(_PROFILE_RUN_KEY))
 
 
 _SOURCE_KEY = "runlens.source"
-# One option for every command that reads a PATH; `load` takes it from the context.
-source_option = click.option(
+_PROFILE_RUN_KEY = "runlens.profile_run"
+# Options for every command that reads a PATH; `load` takes them from the context.
+_source = click.option(
     "--source", metavar="KIND", default=None, expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
     help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
-         "tfprof, ...; docs/sources.md) instead of detecting it.")
+         "tfprof, xplane, ...; docs/sources.md) instead of detecting it.")
+_profile_run = click.option(
+    "--profile-run", metavar="NAME", default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PROFILE_RUN_KEY, value),
+    help="PATH is a TensorBoard logdir: read its profile run NAME "
+         "(plugins/profile/NAME/) instead of the newest (docs/xplane.md).")
+
+
+def source_option(f: Any) -> Any:
+    return _source(_profile_run(f))
 
 
 def _version() -> str:
@@ -469,7 +483,6 @@ _view_command("graph", """Time and memory by graph node (one row per node, with 
 
 def _samples(path: str, no_cache: bool, scope_depth: int) -> Any:
     """A run dir or a baseline file, as per-step samples."""
-    from pathlib import Path
 
     from analyzer.compare import is_baseline_file, load_baseline, samples_from_run
 
@@ -483,7 +496,6 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from pathlib import Path
 
     from analyzer.errors import RunlensError
     from analyzer.rundir import atomic_write
@@ -579,7 +591,6 @@ def report(path: str, output: str, no_cache: bool) -> None:
     Examples:
       analyze report fixtures/runs/cnn -o cnn.html
     """
-    from pathlib import Path
 
     import checkers
     from analyzer.report import run_page
@@ -608,7 +619,6 @@ def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -
 
     `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
     """
-    from pathlib import Path
 
     from analyzer.compare import samples_from_run, save_baseline
     from analyzer.errors import RunlensError

@@ -35,7 +35,8 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events", "tfprof")
+# xplane goes before the sources that open a file to recognize it: it goes by file name.
+SOURCES: tuple[str, ...] = ("rundir", "xplane", "timeline", "runmetadata", "events", "tfprof")
 
 
 @dataclass(frozen=True)
