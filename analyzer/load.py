@@ -2,8 +2,10 @@
 
 Step files are ingested in batches, in parallel threads (C decoder) or processes
 (protobuf fallback); a step file that cannot be read is skipped with a one-line warning
-naming it, and the other steps still load. A second load of the same run reads the
-Parquet cache (analyzer/cache.py).
+naming it, and the other steps still load; likewise a worker of a multi-worker run. A
+second load of the same run reads the Parquet cache (analyzer/cache.py); a cache that
+cannot be read, even one found damaged only when a frame is first used, means the run
+dir is ingested again, with one warning.
 """
 
 from __future__ import annotations
@@ -27,16 +29,23 @@ from analyzer.rundir import RunDir, find_runs
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
+Warn = Callable[[str], None]
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
 
 
 def _manifest_sizes(run: RunDir) -> dict[int, int]:
+    """The step files' sizes the manifest lists (rundir checked that `steps` is a list)."""
     sizes: dict[int, int] = {}
-    for entry in run.manifest.get("steps", []) or []:
-        if isinstance(entry, dict) and isinstance(entry.get("step"), int):
-            if isinstance(entry.get("bytes"), int):
+    entries = run.manifest.get("steps")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and _is_int(entry.get("step")):
+            if _is_int(entry.get("bytes")):
                 sizes[entry["step"]] = entry["bytes"]
     return sizes
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 BATCH_FILES = 512  # at most, per batch
@@ -53,11 +62,12 @@ def _batches(items: list[ingest.StepItem], jobs: int) -> list[list[ingest.StepIt
 
 
 _seen_graphs: set[bytes] = set()  # per worker process: partition graphs already sent back
+_parsed_graphs = ingest.PartitionGraphs()  # per worker process
 
 
 def _ingest_batch_in_process(batch: list[ingest.StepItem]) -> ingest.StepBatch:
     """Process-pool worker: a batch, without the partition graphs it already sent."""
-    result = ingest.ingest_step_files(batch)
+    result = ingest.ingest_step_files(batch, partition_graphs=_parsed_graphs)
     for digest in list(result.graphs):
         if digest in _seen_graphs:
             del result.graphs[digest]
@@ -74,17 +84,25 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ing
     sizes = _manifest_sizes(run)
     items: list[ingest.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
     batches = _batches(items, jobs)
+    ingest_batch = functools.partial(ingest.ingest_step_files,
+                                     partition_graphs=ingest.PartitionGraphs())
     if jobs > 1 and len(batches) > 1:
         if ingest.native_decoder_available():
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                return _collect(pool.map(ingest.ingest_step_files, batches), batches,
-                                progress)
-        total_bytes = sum(os.stat(p).st_size for p, _, _ in items)
+                return _collect(pool.map(ingest_batch, batches), batches, progress)
+        total_bytes = sum(_size(p) for p, _, _ in items)
         if total_bytes >= PARALLEL_MIN_BYTES:
             results = _ingest_in_processes(batches, jobs, progress)
             if results is not None:
                 return results
-    return _collect(map(ingest.ingest_step_files, batches), batches, progress)
+    return _collect(map(ingest_batch, batches), batches, progress)
+
+
+def _size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # reported when the file is read
+        return 0
 
 
 def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.StepItem]],
@@ -141,9 +159,10 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     warnings: list[str] = []
     steps: list[ingest.StepFrames] = []
     seen: set[bytes] = set()
-    partition_reads: list[Future] = []
-    # graph.pb, op_log.pb and the distinct partition graphs (Python walks) are read beside
-    # the step files, whose decoding leaves the main thread idle.
+    partition_graphs: list[pl.DataFrame] = []
+    # graph.pb and op_log.pb (Python walks) are read beside the step files, whose
+    # decoding leaves the main thread idle. Partition graphs are parsed with the step file
+    # that first holds them, so that a bad one skips that file only.
     with ThreadPoolExecutor(max_workers=1) as side:
         graph_read = side.submit(_read_graph, run)
         op_log_read = side.submit(_read_op_log, run)
@@ -151,19 +170,15 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
             warnings.extend(batch.errors)
             if batch.frames is not None:
                 steps.append(batch.frames)
-            new = [g for digest, g in batch.graphs.items() if digest not in seen]
+            partition_graphs += [g for digest, g in batch.graphs.items() if digest not in seen]
             seen.update(batch.graphs)
-            if new:
-                partition_reads.append(side.submit(
-                    ingest.ingest_graph_defs, new, f"{run.path}/steps (partition graphs)",
-                    "partition"))
         graph, graph_warning = graph_read.result()
         (op_log, code), op_log_warning = op_log_read.result()
-        partition_graphs = [f.result() for f in partition_reads]
     if not steps:
+        problems = [*run.warnings, *warnings]
         raise RunDirError(
-            f"{run.path}: no readable step file ({len(warnings)} skipped; first: "
-            f"{warnings[0] if warnings else 'none'})"
+            f"{run.path}: no readable step file ({len(problems)} skipped; first: "
+            f"{problems[0] if problems else 'none'})"
         )
     warnings += [w for w in (graph_warning, op_log_warning) if w]
     graph_frames = ([graph] if graph is not None else []) + partition_graphs
@@ -244,44 +259,102 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
     return concat
 
 
+def _cached_frames(run: RunDir, jobs: int, progress: Progress | None, warn: Warn
+                   ) -> tuple[dict[str, Any], list[str]]:
+    """The run dir's frames from its cache (read when first used), or ingested (and the
+    cache written) when there is none that matches, or it cannot be read."""
+    try:
+        key: dict[str, Any] | None = cache.fingerprint(run)
+    except OSError:  # a file went away since the scan: ingest reports it; no cache
+        key = None
+    cached = cache.load(run, key) if key is not None else None
+    if isinstance(cached, cache.CacheDamaged):
+        warn(f"{cached}; recomputed")
+    elif cached is not None:
+        readers, warnings = cached
+        return _guarded(readers, run, jobs, key, warn), warnings
+    return _fresh_frames(run, jobs, progress, key)
+
+
+def _guarded(readers: cache.Readers, run: RunDir, jobs: int, key: dict[str, Any] | None,
+             warn: Warn) -> dict[str, Callable[[], pl.DataFrame]]:
+    """Readers of cached frames that, if the cache turns out damaged when a frame is read,
+    ingest the run dir again (once, rewriting the cache) and give the frame from there."""
+    fresh: list[dict[str, pl.DataFrame]] = []
+
+    def read(name: str) -> pl.DataFrame:
+        if not fresh:
+            try:
+                return readers[name]()
+            except cache.CacheDamaged as e:
+                warn(f"{run.path}: cache damaged ({e}); recomputed")
+                fresh.append(_fresh_frames(run, jobs, None, key)[0])
+        return fresh[0][name]
+
+    return {name: functools.partial(read, name) for name in readers}
+
+
 def load_run(
     path: str | os.PathLike[str],
     *,
     use_cache: bool = True,
     jobs: int | None = None,
     progress: Progress | None = None,
+    on_warning: Warn | None = None,
 ) -> Run:
     """Read every run dir at `path` into one Run (worker is a column).
 
     A cached run dir is read lazily: only the frames an analysis touches are loaded.
-    Raises RunDirError when the path is not a run or no step can be read.
+    Raises RunDirError when the path is not a run or no step can be read. A worker that
+    cannot be read is left out with a warning. Warnings found after this returns (a cache
+    damaged under a frame read later) are added to `Run.warnings` and given to
+    `on_warning`.
     """
     runs = find_runs(path)
     jobs = jobs or os.cpu_count() or 1
     cache.wait()  # a cache this process is still writing is read once written
     parts: list[dict[str, Any]] = []
     warnings: list[str] = []
+    loaded: list[RunDir] = []
+    loading = True
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning is not None and not loading:
+            on_warning(message)
+
     for run in runs:
-        key = cache.fingerprint(run)
-        cached = cache.load(run, key) if use_cache else None
+        warnings.extend(run.warnings)
         frames: dict[str, Any]
-        if cached is not None:
-            frames, run_warnings = cached
-        else:
-            frames, run_warnings = _fresh_frames(run, jobs, progress,
-                                                 key if use_cache else None)
+        try:
+            if use_cache:
+                frames, run_warnings = _cached_frames(run, jobs, progress, warn)
+            else:
+                frames, run_warnings = _fresh_frames(run, jobs, progress, None)
+        except RunDirError as e:
+            if len(runs) == 1:
+                raise
+            warnings.append(f"{e}; worker {run.worker} left out")
+            continue
         parts.append(frames)
+        loaded.append(run)
         warnings.extend(run_warnings)
+    if not parts:
+        raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
+    loading = False
     frames = {name: _merged(parts, name) for name in Run.FRAMES}
     if not use_cache:
-        return Run.from_frames(frames, paths=[r.path for r in runs], warnings=warnings)
-    return Run.from_frames(
-        frames,
-        paths=[r.path for r in runs],
-        warnings=warnings,
-        node_stats={-1: _merged(parts, "node_stats")},
-        # Trees of several workers come from their merged numbers, not from their trees.
-        derived={"code_paths": _merged(parts, "code_paths"),
-                 **({f"{k}_tree": parts[0][f"{k}_tree"] for k in TREE_KINDS}
-                    if len(parts) == 1 else {})},
-    )
+        run_ = Run.from_frames(frames, paths=[r.path for r in loaded], warnings=warnings)
+    else:
+        run_ = Run.from_frames(
+            frames,
+            paths=[r.path for r in loaded],
+            warnings=warnings,
+            node_stats={-1: _merged(parts, "node_stats")},
+            # Trees of several workers come from their merged numbers, not their trees.
+            derived={"code_paths": _merged(parts, "code_paths"),
+                     **({f"{k}_tree": parts[0][f"{k}_tree"] for k in TREE_KINDS}
+                        if len(parts) == 1 else {})},
+        )
+    run_.warnings = warnings  # the same list: warnings found later appear in it
+    return run_
