@@ -205,7 +205,7 @@ def _read_manifest(path: Path, problems: list[str] | None = None) -> dict[str, A
         reason = "nested too deeply" if isinstance(e, RecursionError) else (
             getattr(e, "strerror", None) or " ".join(str(e).split()))
         if problems is not None:
-            problems.append(f"{path / MANIFEST}: not readable JSON ({reason}); ignored")
+            problems.append(f"{path / MANIFEST}: not a readable JSON file ({reason}); ignored")
         return {}
     if not isinstance(data, dict):
         if problems is not None:
@@ -254,11 +254,19 @@ def _open_run(path: Path, worker: str, problems: list[str] | None = None) -> Run
         path=path,
         worker=worker,
         steps=steps,
-        graph=graph if graph.is_file() else None,
-        op_log=op_log if op_log.is_file() else None,
+        graph=graph if _is_file(graph) else None,
+        op_log=op_log if _is_file(op_log) else None,
         manifest=manifest,
         warnings=tuple(problems),
     )
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False also when the folder cannot be searched (Python < 3.12 raises)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
@@ -268,10 +276,18 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
     that cannot be read is reported in the first run dir's warnings (it may be a worker).
     """
     root = Path(path)
-    if not root.exists():
-        raise RunDirError(f"{root}: no such file or directory")
+    try:
+        os.stat(root)
+    except FileNotFoundError:
+        raise RunDirError(f"{root}: no such file or directory") from None
+    except OSError as e:  # a folder on the way that cannot be searched, a loop...
+        raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
     if not root.is_dir():
         raise RunDirError(f"{root}: not a run directory (expected a directory with steps/)")
+    try:
+        os.listdir(root)
+    except OSError as e:
+        raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
     if is_run_dir(root):
         return [_open_run(root, worker=_worker_name(root, None))]
     try:
