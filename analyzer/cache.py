@@ -7,13 +7,13 @@ truncated, corrupt, written by another version, replaced while read, unwritable)
 "recompute", with at most one warning, and a broken cache is replaced by the next write.
 
 Key (`fingerprint_files`, for any source's list of files): per file its size, mtime,
-ctime and inode, and, written with the cache, a digest of its content (all of a small
-file, samples of a large one). A file whose stat is unchanged was not written since its
-digest was taken (any write moves ctime, which no tool sets back); one whose stat changed
-(a copy, a touch, a same-size edit with mtime restored) is digested again and the cache
-is used only if the content is the same. Files changed less than RACY_NS before the key
-was taken are digested on every read (their timestamps may not show a change made within
-the file system's timestamp granularity).
+ctime and inode, and, written with the cache, the CRC-32 of all its content (ingest
+computes it of the bytes it reads: no second read). A file whose stat is unchanged was
+not written since (any write moves ctime, which no tool sets back): a warm load costs one
+stat per file. One whose stat changed (a copy, a touch, a same-size edit with mtime
+restored) is read and the cache is used only if its content is the same (key.json then
+takes the new stat). Files changed less than RACY_NS before the key was taken are read on
+every load: a change within the file system's timestamp granularity may not show.
 
 Layout: `<location>/key.json` names the data folder holding the frames
 (`data-<token>/*.parquet`, with their sizes and CRC-32s). A writer writes a new data
@@ -66,8 +66,6 @@ FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocat
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")
-SMALL_FILE = 64 * 1024  # digested whole; larger files by SAMPLES blocks of SAMPLE bytes
-SAMPLES, SAMPLE = 4, 16 * 1024
 RACY_NS = 2_000_000_000  # timestamps of FAT: 2 s; ext4, xfs, btrfs, tmpfs: <= 10 ms
 STALE_TMP_S = 3600  # a writer's temporary folder this old was left by a killed process
 
@@ -106,36 +104,35 @@ def fingerprint(run: RunDir) -> dict[str, Any]:
     return fingerprint_files(run.path, run.worker, files)
 
 
-def content_digest(path: str | os.PathLike[str]) -> tuple[str, list[int]]:
-    """(digest of the file's content, [size, mtime_ns, ctime_ns, inode] of the same open
-    file): all of a small file, SAMPLES evenly spaced blocks (first and last included) and
-    the size of a large one."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        st = os.fstat(fd)
-        h = hashlib.blake2b(str(st.st_size).encode(), digest_size=16)
-        if st.st_size <= SMALL_FILE:
-            h.update(os.pread(fd, SMALL_FILE + 1, 0))
-        else:
-            last = st.st_size - SAMPLE
-            for i in range(SAMPLES):
-                h.update(os.pread(fd, SAMPLE, last * i // (SAMPLES - 1)))
-    finally:
-        os.close(fd)
-    return h.hexdigest(), [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+def content_digest(path: str | os.PathLike[str]) -> tuple[int, list[int]]:
+    """(CRC-32 of the file's content, [size, mtime_ns, ctime_ns, inode] of the same open
+    file). All of the content: ingest computes the same of the bytes it reads, so a cold
+    load pays no second read; a warm one reads only files whose stat changed."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        crc = 0
+        if st.st_size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                crc = zlib.crc32(m)
+    return crc, [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _with_digests(key: dict[str, Any]) -> dict[str, Any] | None:
-    """The key with each file's digest, or None when a file changed since the key was
+def _with_digests(key: dict[str, Any], known: Mapping[str, list[int]]
+                  ) -> dict[str, Any] | None:
+    """The key with each file's digest (from `known`: path -> [stat..., crc] of the bytes
+    the frames came from, or read now), or None when a file changed since the key was
     taken (the frames may hold either version: no cache)."""
     root = key["root"]
     files = []
     for rel, size, mtime, ctime, ino in key["files"]:
         path = rel if os.path.isabs(rel) else os.path.join(root, rel)
-        try:
-            digest, stat = content_digest(path)
-        except OSError:
-            return None
+        if path in known:
+            stat, digest = known[path][:4], known[path][4]
+        else:
+            try:
+                digest, stat = content_digest(path)
+            except OSError:
+                return None
         if stat != [size, mtime, ctime, ino]:
             return None
         racy = ctime >= key["taken_ns"] - RACY_NS or mtime >= key["taken_ns"] - RACY_NS
@@ -143,28 +140,44 @@ def _with_digests(key: dict[str, Any]) -> dict[str, Any] | None:
     return {**key, "files": files}
 
 
-def _matches(stored: Any, key: dict[str, Any]) -> bool:
-    """True when the cache written under `stored` holds the inputs `key` describes: same
-    version, worker and files, each unchanged (same stat, not racy) or of the same
-    content."""
+def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
+    """When the cache written under `stored` holds the inputs `key` describes (same
+    version, worker and files, each unchanged: same stat and not racy, or the same
+    content), the indexes of the files whose stat changed but content did not; else
+    None."""
     if not isinstance(stored, dict) or any(stored.get(k) != key[k]
                                            for k in ("cache_version", "worker")):
-        return False
+        return None
     old = stored.get("files")
     if not isinstance(old, list) or len(old) != len(key["files"]):
-        return False
-    for entry, now in zip(old, key["files"], strict=True):
+        return None
+    restat = []
+    for i, (entry, now) in enumerate(zip(old, key["files"], strict=True)):
         if not isinstance(entry, list) or len(entry) != 7 or entry[:2] != now[:2]:
-            return False  # another file, or another size
+            return None  # another file, or another size
         if entry[2:5] == now[2:5] and not entry[6]:
             continue
         path = now[0] if os.path.isabs(now[0]) else os.path.join(key["root"], now[0])
         try:
-            if content_digest(path)[0] != entry[5]:
-                return False
+            digest, stat = content_digest(path)
         except OSError:
-            return False
-    return True
+            return None
+        if digest != entry[5] or stat != now[1:5]:
+            return None
+        if entry[2:5] != now[2:5]:
+            restat.append(i)
+    return restat
+
+
+def _refreshed(meta: dict[str, Any], key: dict[str, Any], restat: list[int]) -> bytes:
+    """key.json with the new stat of files found unchanged by content (a copied or
+    touched run is digested once, not on every load)."""
+    files = [list(e) for e in meta["key"]["files"]]
+    for i in restat:
+        files[i][1:5] = key["files"][i][1:5]
+        files[i][6] = files[i][3] >= key["taken_ns"] - RACY_NS or (
+            files[i][2] >= key["taken_ns"] - RACY_NS)
+    return json.dumps({**meta, "key": {**meta["key"], "files": files}}).encode()
 
 
 # ----------------------------------------------------------------------------- reading
@@ -268,7 +281,8 @@ def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
             raise TypeError("wrong types")
     except (ValueError, RecursionError, KeyError, TypeError) as e:
         raise CacheDamaged(f"{KEY_FILE}: not a cache key ({type(e).__name__})") from None
-    if not _matches(stored, key):
+    restat = _matches(stored, key)
+    if restat is None:
         raise _Missing
     folder = loc / data
     try:
@@ -290,6 +304,11 @@ def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
         if actual != size:
             raise CacheDamaged(f"{name}.parquet: {actual} bytes, written with {size}")
         readers[name] = functools.partial(_read_frame, path, size, crc, lease)
+    if restat:
+        try:
+            atomic_write(loc / KEY_FILE, _refreshed(meta, key, restat))
+        except OSError:  # read-only: the digests are compared again next time
+            pass
     return readers, [str(w) for w in warnings]
 
 
@@ -314,11 +333,13 @@ def _file_crc(path: Path) -> tuple[int, int]:
 
 
 def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFrame],
-             warnings: list[str]) -> Path | None:
+             warnings: list[str], digests: Mapping[str, list[int]] | None = None
+             ) -> Path | None:
     """Write the cache to the first writable location; returns it, or None if none is,
     if an input changed while it was read, or if a frame's Future fails (its computation
-    failed, so there is no cache)."""
-    full_key = _with_digests(key)
+    failed, so there is no cache). `digests`: what the reader computed of the files it
+    read (path -> [size, mtime_ns, ctime_ns, inode, CRC-32]); the others are read here."""
+    full_key = _with_digests(key, digests or {})
     if full_key is None:
         return None
     for loc in locs:
@@ -360,9 +381,10 @@ def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFr
 
 
 def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
-          warnings: list[str]) -> Path | None:
+          warnings: list[str], digests: Mapping[str, list[int]] | None = None
+          ) -> Path | None:
     """`store_at` the run dir's cache locations."""
-    return store_at(_locations(run), key, frames, warnings)
+    return store_at(_locations(run), key, frames, warnings, digests)
 
 
 _writer: ThreadPoolExecutor | None = None
@@ -370,14 +392,15 @@ _pending: list[Future] = []
 
 
 def store_in_background(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
-                        warnings: list[str]) -> Future:
+                        warnings: list[str], digests: Mapping[str, list[int]] | None = None
+                        ) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""
     global _writer
     if _writer is None:
         # Its thread is joined when the interpreter exits: the cache is finished first.
         _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlens-cache")
-    future = _writer.submit(store, run, key, dict(frames), list(warnings))
+    future = _writer.submit(store, run, key, dict(frames), list(warnings), digests)
     _pending.append(future)
     return future
 

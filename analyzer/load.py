@@ -155,8 +155,11 @@ def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | 
 
 
 def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
-                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[int]]]:
+    """The run dir's frames, warnings, and what was read of each step file (stat and
+    content digest, for the cache's key)."""
     warnings: list[str] = []
+    files: dict[str, list[int]] = {}
     steps: list[ingest.StepFrames] = []
     seen: set[bytes] = set()
     partition_graphs: list[pl.DataFrame] = []
@@ -168,6 +171,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
         op_log_read = side.submit(_read_op_log, run)
         for batch in _ingest_steps(run, jobs, progress):
             warnings.extend(batch.errors)
+            files.update(batch.files)
             if batch.frames is not None:
                 steps.append(batch.frames)
             partition_graphs += [g for digest, g in batch.graphs.items() if digest not in seen]
@@ -200,7 +204,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     frames["output_keys"] = merged.output_keys.select(worker, pl.all())
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
-    return frames, warnings
+    return frames, warnings, files
 
 
 def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
@@ -209,7 +213,7 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
     is written in the background as this goes on, and these frames get what views need
     with their default options (step -1's per-node numbers, code paths, the scope and code
     trees), which the cache stores; without, views compute what they need."""
-    frames, warnings = _load_run_dir(run, jobs, progress)
+    frames, warnings, files = _load_run_dir(run, jobs, progress)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if cache_key is None:
         return frames, warnings
@@ -221,7 +225,7 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
            for kind in TREE_KINDS},
     }
     later: dict[str, Future] = {name: Future() for name in builders}
-    cache.store_in_background(run, cache_key, {**frames, **later}, warnings)
+    cache.store_in_background(run, cache_key, {**frames, **later}, warnings, files)
     try:
         for name, build in builders.items():
             frames[name] = build()
