@@ -155,11 +155,11 @@ def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | 
 
 
 def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
-                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[int]]]:
+                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]]]:
     """The run dir's frames, warnings, and what was read of each step file (stat and
     content digest, for the cache's key)."""
     warnings: list[str] = []
-    files: dict[str, list[int]] = {}
+    files: dict[str, list[Any]] = {}
     steps: list[ingest.StepFrames] = []
     seen: set[bytes] = set()
     partition_graphs: list[pl.DataFrame] = []
