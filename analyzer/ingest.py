@@ -392,12 +392,13 @@ def walk_step_bytes(stats_bytes: Buffer, step: int, source: str) -> StepFrames:
 
 
 def ingest_step_files(items: Iterable[StepItem], native: bool | None = None,
-                      partition_graphs: PartitionGraphs | None = None) -> StepBatch:
+                      partition_graphs: PartitionGraphs | None = None,
+                      digests: bool = False) -> StepBatch:
     """Step files -> one set of frames. A file that cannot be read (its partition graphs
     included) is reported in `errors` and adds no rows; so is a step without node stats.
     The C decoder reads the files unless `native` is False; a file it does not accept is
     walked with protobuf, which decides whether it is valid. `partition_graphs` shares
-    the parsed graphs between the batches of a load."""
+    the parsed graphs between the batches of a load; `digests` fills StepBatch.files."""
     use_native = native_decoder_available() if native is None else native
     decoder = _stepstats.Decoder() if use_native and _stepstats is not None else None
     parsed = partition_graphs if partition_graphs is not None else PartitionGraphs()
@@ -412,7 +413,8 @@ def ingest_step_files(items: Iterable[StepItem], native: bool | None = None,
         try:
             raw = reader.read(path, size)
             # ~10 GB/s without the GIL: the cache's key covers every byte read.
-            files[str(path)] = [*reader.stat, content.of(raw)]
+            if digests:
+                files[str(path)] = [*reader.stat, content.of(raw)]
             stats, step_graphs = _split_step(raw, str(path))
             # Steps of one graph repeat its partition graphs (in a few byte orders:
             # TensorFlow serializes attr maps in no fixed order). Comparing with the recent

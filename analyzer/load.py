@@ -65,9 +65,10 @@ _seen_graphs: set[bytes] = set()  # per worker process: partition graphs already
 _parsed_graphs = ingest.PartitionGraphs()  # per worker process
 
 
-def _ingest_batch_in_process(batch: list[ingest.StepItem]) -> ingest.StepBatch:
+def _ingest_batch_in_process(batch: list[ingest.StepItem], digests: bool) -> ingest.StepBatch:
     """Process-pool worker: a batch, without the partition graphs it already sent."""
-    result = ingest.ingest_step_files(batch, partition_graphs=_parsed_graphs)
+    result = ingest.ingest_step_files(batch, partition_graphs=_parsed_graphs,
+                                      digests=digests)
     for digest in list(result.graphs):
         if digest in _seen_graphs:
             del result.graphs[digest]
@@ -75,8 +76,10 @@ def _ingest_batch_in_process(batch: list[ingest.StepItem]) -> ingest.StepBatch:
     return result
 
 
-def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ingest.StepBatch]:
-    """Every step file of `run`, in batches, in parallel where it pays.
+def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
+                  ) -> list[ingest.StepBatch]:
+    """Every step file of `run`, in batches, in parallel where it pays (`digests`: with
+    each file's content digest, for the cache's key).
 
     With the C decoder, threads (it releases the GIL; no process start-up, no pickling);
     without it, processes once there is enough to do (the protobuf walk holds the GIL).
@@ -85,14 +88,14 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ing
     items: list[ingest.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
     batches = _batches(items, jobs)
     ingest_batch = functools.partial(ingest.ingest_step_files,
-                                     partition_graphs=ingest.PartitionGraphs())
+                                     partition_graphs=ingest.PartitionGraphs(), digests=digests)
     if jobs > 1 and len(batches) > 1:
         if ingest.native_decoder_available():
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 return _collect(pool.map(ingest_batch, batches), batches, progress)
         total_bytes = sum(_size(p) for p, _, _ in items)
         if total_bytes >= PARALLEL_MIN_BYTES:
-            results = _ingest_in_processes(batches, jobs, progress)
+            results = _ingest_in_processes(batches, jobs, progress, digests)
             if results is not None:
                 return results
     return _collect(map(ingest_batch, batches), batches, progress)
@@ -118,12 +121,14 @@ def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.Step
 
 
 def _ingest_in_processes(batches: list[list[ingest.StepItem]], jobs: int,
-                         progress: Progress | None) -> list[ingest.StepBatch] | None:
+                         progress: Progress | None, digests: bool
+                         ) -> list[ingest.StepBatch] | None:
     """Batches in a pool of processes; None when no pool can run here (go serial)."""
     try:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(jobs, len(batches)), mp_context=ctx) as pool:
-            return _collect(pool.map(_ingest_batch_in_process, batches), batches, progress)
+            return _collect(pool.map(_ingest_batch_in_process, batches,
+                                     itertools.repeat(digests)), batches, progress)
     except (BrokenProcessPool, OSError, RuntimeError):
         # No pool here: no /dev/shm, or a script without `if __name__ == "__main__"`,
         # which the spawn start method needs. Serial ingest gives the same frames.
@@ -154,7 +159,7 @@ def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | 
         return ingest.empty_op_log(), f"{e}; float_ops and the code view are unavailable"
 
 
-def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
+def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
                   ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]]]:
     """The run dir's frames, warnings, and what was read of each step file (stat and
     content digest, for the cache's key)."""
@@ -169,7 +174,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     with ThreadPoolExecutor(max_workers=1) as side:
         graph_read = side.submit(_read_graph, run)
         op_log_read = side.submit(_read_op_log, run)
-        for batch in _ingest_steps(run, jobs, progress):
+        for batch in _ingest_steps(run, jobs, progress, digests):
             warnings.extend(batch.errors)
             files.update(batch.files)
             if batch.frames is not None:
@@ -213,7 +218,8 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
     is written in the background as this goes on, and these frames get what views need
     with their default options (step -1's per-node numbers, code paths, the scope and code
     trees), which the cache stores; without, views compute what they need."""
-    frames, warnings, files = _load_run_dir(run, jobs, progress)
+    frames, warnings, files = _load_run_dir(run, jobs, progress,
+                                            digests=cache_key is not None)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if cache_key is None:
         return frames, warnings
