@@ -599,6 +599,10 @@ static int parse_device(Decoder *d, Reader r) {
             if (lane < 0) return (int)lane;
         } else if (f.number == 2) {
             EXPECT(f, 2);
+            if (f.sub.p == f.sub.end) { /* an empty NodeExecStats: no name, see parse_node */
+                d->nameless++;
+                continue;
+            }
             CHECK(parse_node(d, f.sub));
         } else if (f.number == 3) { /* thread_names map entry */
             EXPECT(f, 2);

@@ -14,6 +14,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -291,14 +292,17 @@ def _guarded(readers: cache.Readers, run: RunDir, jobs: int, key: dict[str, Any]
     """Readers of cached frames that, if the cache turns out damaged when a frame is read,
     ingest the run dir again (once, rewriting the cache) and give the frame from there."""
     fresh: list[dict[str, pl.DataFrame]] = []
+    lock = threading.Lock()  # views may read frames from several threads
 
     def read(name: str) -> pl.DataFrame:
         if not fresh:
             try:
                 return readers[name]()
             except cache.CacheDamaged as e:
-                warn(f"{run.path}: cache damaged ({e}); recomputed")
-                fresh.append(_fresh_frames(run, jobs, None, key)[0])
+                with lock:
+                    if not fresh:
+                        warn(f"{run.path}: cache damaged ({e}); recomputed")
+                        fresh.append(_fresh_frames(run, jobs, None, key)[0])
         return fresh[0][name]
 
     return {name: functools.partial(read, name) for name in readers}

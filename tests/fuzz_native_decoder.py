@@ -2,7 +2,8 @@
 
 Builds analyzer/_stepstats.c with -fsanitize=address,undefined into a temp dir, then feeds
 it mutated StepStats from the committed fixtures (the mutations of
-tests/test_native_decoder.py). Any memory error or undefined behaviour aborts with the
+tests/test_native_decoder.py), and every fourth iteration a mutated whole step file to its
+RunMetadata splitter. Any memory error or undefined behaviour aborts with the
 sanitizer's report; a clean run prints how many inputs it decoded.
 
     python tests/fuzz_native_decoder.py [--iterations 150000] [--seed 7]
