@@ -474,19 +474,19 @@ static int parse_memory(Decoder *d, Reader r, MemSums *sums) {
     return 0;
 }
 
-/* The row counts of the tables a node adds to besides nodes (to drop a nameless node). */
-typedef struct {
-    size_t outputs[O_COLS], memory[M_COLS], allocs[A_COLS];
-} NodeMark;
+/* Cut a table's columns back to `rows` rows (each column's item size from its spec). */
+static void truncate_rows(Buf *cols, const ColSpec *spec, int n, size_t rows) {
+    for (int i = 0; i < n; i++) cols[i].len = rows * (size_t)(spec[i].type[1] - '0');
+}
 
 static int parse_node(Decoder *d, Reader r) {
     int64_t v[N_COLS] = {0};
     int64_t name = -1, label = -1;
     size_t name_len = 0;
-    NodeMark mark;
-    for (int i = 0; i < O_COLS; i++) mark.outputs[i] = d->outputs[i].len;
-    for (int i = 0; i < M_COLS; i++) mark.memory[i] = d->memory[i].len;
-    for (int i = 0; i < A_COLS; i++) mark.allocs[i] = d->allocs[i].len;
+    /* The rows of the tables a node adds to besides nodes (to drop a nameless node). */
+    size_t outputs = d->outputs[O_STEP].len / sizeof(int64_t);
+    size_t memory = d->memory[M_STEP].len / sizeof(int64_t);
+    size_t allocs = d->allocs[A_STEP].len / sizeof(int64_t);
     int seen_ms = 0;
     MemSums sums = {0, 0, 0, 0};
     int64_t out_bytes = 0;
@@ -549,9 +549,9 @@ static int parse_node(Decoder *d, Reader r) {
         /* No node name: not an execution TensorFlow writes (every NodeExecStats names its
          * node). Dropped with what it added, and counted: a file of empty node_stats costs
          * no rows, as ingest's protobuf walk does. */
-        for (int i = 0; i < O_COLS; i++) d->outputs[i].len = mark.outputs[i];
-        for (int i = 0; i < M_COLS; i++) d->memory[i].len = mark.memory[i];
-        for (int i = 0; i < A_COLS; i++) d->allocs[i].len = mark.allocs[i];
+        truncate_rows(d->outputs, OUTPUT_COLS, O_COLS, outputs);
+        truncate_rows(d->memory, MEMORY_COLS, M_COLS, memory);
+        truncate_rows(d->allocs, ALLOC_COLS, A_COLS, allocs);
         d->nameless++;
         return 0;
     }
