@@ -92,14 +92,16 @@ class _Progress:
 def load(run_dir: str, no_cache: bool) -> Any:
     from analyzer.load import load_run
 
+    ctx = click.get_current_context(silent=True)
+    source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
     progress = _Progress()
 
     def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
         click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
 
     try:
-        run = load_run(run_dir, use_cache=not no_cache, progress=progress,
-                       on_warning=warn_late)
+        run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source,
+                       chosen=_selection(ctx), on_warning=warn_late)
     finally:
         progress.close()
     for warning in run.warnings:
@@ -110,9 +112,35 @@ def load(run_dir: str, no_cache: bool) -> Any:
 # readable=False: the engine says what cannot be read, in one line (click: 4 lines).
 run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
                                   type=click.Path(readable=False))
-no_cache_option = click.option(
-    "--no-cache", is_flag=True, help="Ingest step files again instead of reading the cache."
-)
+
+
+def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.meta["runlens.workers"] = value
+
+
+def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--no-cache, and --workers (which load() reads from the context)."""
+    fn = click.option("--workers", is_flag=True, expose_value=False, callback=_remember_workers,
+                      help="Merge the run dirs in RUN_DIR as workers of one run even when "
+                           "they are not one job (different graphs).")(fn)
+    return click.option("--no-cache", is_flag=True,
+                        help="Ingest step files again instead of reading the cache.")(fn)
+
+
+def _selection(ctx: click.Context | None) -> Any:
+    """What the user picked among what PATH holds (flags that load() reads from the context)."""
+    from analyzer.sources import Selection
+
+    return Selection(workers=bool(ctx and ctx.meta.get("runlens.workers", False)))
+
+
+_SOURCE_KEY = "runlens.source"
+# One option for every command that reads a PATH; `load` takes it from the context.
+source_option = click.option(
+    "--source", metavar="KIND", default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
+    help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
+         "tfprof, ...; docs/sources.md) instead of detecting it.")
 
 
 def _version() -> str:
@@ -132,7 +160,10 @@ def main() -> None:
 
     Reads a run directory written by runlens's capture hook (raw RunMetadata of traced
     steps, graph.pb, op_log.pb) without TensorFlow, and tells where the time and memory
-    went. RUN_DIR may also be a directory of run dirs, one per worker.
+    went. RUN_DIR may also be a directory of run dirs, one per worker, or a profile
+    another tool wrote: tf.timeline / ProfilerHook JSON, a tfprof profile, RunMetadata
+    .pb/.pbtxt files, TensorBoard event files (detected; --source KIND forces one;
+    docs/sources.md).
 
     \b
     Examples:
@@ -147,12 +178,14 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
 @no_cache_option
+@source_option
 @handle_errors
 def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
     """Steps, workers, devices, node counts and step-time statistics of RUN_DIR."""
     from analyzer.steps import summary as make_summary
 
-    data = make_summary(load(run_dir, no_cache))
+    run = load(run_dir, no_cache)
+    data = {**make_summary(run), "lacks": run.lacks}
     if fmt == "json":
         click.echo(json.dumps({"schema": 1, "summary": data}, indent=1))
     else:
@@ -176,6 +209,7 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 @click.option("--checkers", "checkers_opt", multiple=True, metavar="CHECKER", hidden=True)
 @click.option("--list", "list_checkers", is_flag=True, help="Describe every checker.")
 @no_cache_option
+@source_option
 @handle_errors
 def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str, ...],
            ignore: tuple[str, ...], checkers_opt: tuple[str, ...], list_checkers: bool,
@@ -206,8 +240,12 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     findings = checkers.run_checks(run, select=split(select + checkers_opt) or None,
                                    ignore=split(ignore))
     times = step_times(run)["duration_ns"]
-    meta = {"run": run_dir, "steps": len(run.steps),
-            "median_step_us": checkers.base.num(times.median()) / 1000}
+    meta: dict[str, Any] = {"run": run_dir, "steps": len(run.steps),
+                            "median_step_us": checkers.base.num(times.median()) / 1000}
+    skipped = checkers.skipped_checks(run, select=split(select + checkers_opt) or None,
+                                      ignore=split(ignore))
+    if run.lacks:  # what the input format does not hold, and the checkers that needed it
+        meta.update(lacks=run.lacks, skipped=skipped)
     click.echo(RENDERERS[fmt](findings, meta), nl=False)
     if fail_on is not None:
         bar = checkers.Severity.parse(fail_on)
@@ -237,6 +275,7 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
                    "tf.train.ProfilerHook did (every step when there is no -o and no "
                    "step option).")
 @no_cache_option
+@source_option
 @handle_errors
 def timeline(run_dir: str, output: str | None, step: int | None, step_range: str | None,
              all_steps: bool, dataflow: bool, memory: bool, critical_path: bool,
@@ -298,7 +337,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """tfprof's options as flags (tfprof's options.md; docs/views.md)."""
     ints = [
-        ("--max-depth", 100, "Show nodes at most this deep (the root is depth 1)."),
+        ("--max-depth", 100, "Show nodes at most this deep (1: the top level only)."),
         ("--min-bytes", 0, "Hide nodes that request fewer bytes."),
         ("--min-peak-bytes", 0, "Hide nodes with a lower peak."),
         ("--min-residual-bytes", 0, "Hide nodes with fewer bytes still allocated at the end."),
@@ -338,24 +377,54 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Sort rows (siblings in trees) by this, largest first.")(fn)
     fn = click.option("--step", type=int, default=-1, show_default=True,
                       help="Global step to show; -1 averages over the traced steps.")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]),
-                      default="text", show_default=True, help="Output format.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "speedscope",
+                                                           "pprof"]),
+                      default="text", show_default=True,
+                      help="Output format; speedscope and pprof (gzipped profile.proto, to "
+                           "redirect to a file) are flame graphs of the code and scopes "
+                           "views.")(fn)
+    # Our defaults that differ from tfprof on purpose (docs/views.md).
+    fn = click.option("--op-types", type=click.Choice(["kernel", "graph"]), default="kernel",
+                      show_default=True, help="Group and account nodes by the kernel that "
+                      "ran (fused kernels such as _FusedConv2D) or by the graph's op type "
+                      "(tfprof).")(fn)
+    fn = click.option("--zero-rows", is_flag=True,
+                      help="Also show rows whose numbers are all zero.")(fn)
+    fn = click.option("--depth-from-root", is_flag=True, help="Count --max-depth from "
+                      "tfprof's hidden root (depth 1), as tfprof does.")(fn)
+    fn = click.option("--library-frames", is_flag=True, help="Code view: also show frames "
+                      "of TensorFlow, Keras, absl and the standard library.")(fn)
+    fn = click.option("--tfprof", "tfprof_rows", is_flag=True, help="All four of the "
+                      "above as tfprof does them: reproduces tfprof's rows.")(fn)
     return fn
 
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
     from analyzer.errors import RunlensError
+    from analyzer.render.units import lacks_by_reason
     from analyzer.render.views import RENDERERS
-    from analyzer.views import VIEWS, ViewOptions
+    from analyzer.views import VIEW_NEEDS, VIEWS, ViewOptions
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
         kw[key] = tuple(kw[key])
-    options = ViewOptions(**kw)
+    if kw.pop("tfprof_rows"):
+        for ours in ("op_types", "zero_rows", "depth_from_root", "library_frames"):
+            del kw[ours]
+        options = ViewOptions.tfprof(**kw)
+    else:
+        options = ViewOptions(**kw)
     run = load(run_dir, no_cache)
     if options.step >= 0 and options.step not in run.steps:
         raise RunlensError(f"{run_dir}: step {options.step} was not traced "
                            f"(traced steps: {_short_list(run.steps)})")
+    for why, what in lacks_by_reason(run.lacks).items():
+        click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
+    missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
+    if missing:
+        click.echo(f"analyze: {kind} view skipped: needs "
+                   + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
+        return
     click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
 
 
@@ -369,6 +438,7 @@ def _view_command(kind: str, doc: str) -> None:
     @run_dir_argument
     @_view_options
     @no_cache_option
+    @source_option
     @handle_errors
     def command(run_dir: str, fmt: str, no_cache: bool, **kw: Any) -> None:
         if kw.pop("critical_path", False):
@@ -446,35 +516,44 @@ def _emit(text: str, output: str | None) -> None:
 @main.command()
 @click.argument("base", metavar="BASE", type=click.Path())
 @click.argument("new", metavar="NEW", type=click.Path())
-@click.option("--threshold", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
-                                  "noise) that counts as a regression.")
+                                  "noise) that counts as a regression, on top of the "
+                                  "effect-size floors (docs/ci.md).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.01, show_default=True,
-              help="Significance level of the Mann-Whitney U test (Holm-corrected over all "
-                   "compared metrics).")
+              help="Significance level: exact Mann-Whitney U for step time and op time "
+                   "(Bonferroni), Benjamini-Hochberg over scopes and op types.")
+@click.option("--keep-outliers", is_flag=True,
+              help="Keep warm-up and outlier steps in the test (left out by default).")
 @click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
               show_default=True, help="Compare step time, op types, name scopes, or all.")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Compare name scopes down to this depth.")
 @click.option("--no-normalize", is_flag=True,
               help="Do not divide out the machine-wide factor (use on dedicated machines).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit"]),
-              default="text", show_default=True, help="Report format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit",
+                                                   "html"]),
+              default="text", show_default=True,
+              help="Report format; html: one self-contained page (use -o).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @no_cache_option
+@source_option
 @handle_errors
-def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_depth: int,
-            no_normalize: bool, fmt: str, output: str | None, no_cache: bool) -> None:
+def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool, by: str,
+            scope_depth: int, no_normalize: bool, fmt: str, output: str | None,
+            no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
-    a baseline file. Per-step samples of step time, op types and name scopes are compared
-    with a one-sided Mann-Whitney U test; a regression must be significant and larger than
-    --threshold after dividing out a machine-wide factor (every op slower by a similar
-    factor is machine noise, not a regression). Exit 0: no regression; 1: regression;
-    2: bad input.
+    a baseline file. Per-step samples of step time, op time, op types and name scopes are
+    compared with exact one-sided Mann-Whitney U tests (step time and op time on their
+    own; scopes and op types under Benjamini-Hochberg); a regression must be significant
+    and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
+    effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
+    Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
+    input.
 
     \b
     Examples:
@@ -484,14 +563,49 @@ def compare(base: str, new: str, threshold: float, alpha: float, by: str, scope_
     from analyzer.compare import compare as run_compare
     from analyzer.render.compare import RENDERERS
 
-    result = run_compare(_samples(base, no_cache, scope_depth),
-                         _samples(new, no_cache, scope_depth), threshold_pct=threshold,
-                         alpha=alpha, by=by, normalize=not no_normalize)
+    base_samples = _samples(base, no_cache, scope_depth)
+    new_samples = _samples(new, no_cache, scope_depth)
+    result = run_compare(base_samples, new_samples, threshold_pct=threshold,
+                         alpha=alpha, by=by, normalize=not no_normalize,
+                         keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
-    _emit(RENDERERS[fmt](result), output)
+    if fmt == "html":
+        from analyzer.report import compare_page
+
+        _emit(compare_page(result, base_samples, new_samples), output)
+    else:
+        _emit(RENDERERS[fmt](result), output)
     if result.regressions.height:
         sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("path", metavar="PATH", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="The HTML file to write.")
+@no_cache_option
+@source_option
+@handle_errors
+def report(path: str, output: str, no_cache: bool) -> None:
+    """Write one self-contained HTML page about PATH (docs/report.md).
+
+    The run at a glance, step time across steps, time by op type and by name scope, the
+    Python code as a flame graph, the critical path of the median step, memory over time
+    and the advisor's findings; it opens offline in any browser.
+
+    \b
+    Examples:
+      analyze report fixtures/runs/cnn -o cnn.html
+    """
+    from pathlib import Path
+
+    import checkers
+    from analyzer.report import run_page
+
+    run = load(path, no_cache)
+    _emit(run_page(run, checkers.run_checks(run), path), output)
+    click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
 
 
 @main.group()
@@ -506,6 +620,7 @@ def baseline() -> None:
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Keep name scopes down to this depth.")
 @no_cache_option
+@source_option
 @handle_errors
 def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -> None:
     """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.

@@ -48,21 +48,22 @@ from typing import Any
 import polars as pl
 
 from analyzer import digest as content
-from analyzer.rundir import RunDir, atomic_write
+from analyzer.rundir import atomic_write
+from analyzer.sources import Part
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders are kept
     fcntl = None  # type: ignore[assignment]
 
-CACHE_VERSION = 8  # bump whenever ingest's frames or this layout change
+CACHE_VERSION = 10  # bump whenever ingest's frames or this layout change
 KEY_FILE = "key.json"
 LOCK_FILE = ".lock"
 # The Run's frames (the executions by key, the keys with derived columns), and what views
 # need with their default options: step -1's per-node numbers, the code paths, the scope
 # and code trees. Written in this order: the ones computed last come last.
 FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-          "threads", "graph_nodes", "op_log", "code", "node_stats", "code_paths",
+          "threads", "graph_nodes", "op_log", "code", "lacks", "node_stats", "code_paths",
           "scopes_tree", "code_tree")
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
@@ -95,14 +96,15 @@ def fingerprint_files(root: str | os.PathLike[str], worker: str,
             "taken_ns": time.time_ns(), "files": entries}
 
 
-def fingerprint(run: RunDir) -> dict[str, Any]:
-    """The key of a run dir: graph.pb, op_log.pb, manifest.json and every step file."""
-    files = [str(p) for p in (run.graph, run.op_log) if p is not None]
-    files += run.steps.values()
-    manifest = run.path / "manifest.json"
-    if manifest.is_file():
-        files.append(str(manifest))
-    return fingerprint_files(run.path, run.worker, files)
+def fingerprint(part: Part) -> dict[str, Any]:
+    """The key of a source's part: its kind, worker and files (named relative to its
+    folder)."""
+    return {**fingerprint_files(_folder(part), part.worker, part.files), "source": part.kind}
+
+
+def _folder(part: Part) -> Path:
+    """The folder a part's cache goes in (beside a file part)."""
+    return part.path if part.path.is_dir() else part.path.parent
 
 
 def _with_digests(key: dict[str, Any], known: Mapping[str, list[Any]]
@@ -134,7 +136,7 @@ def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
     content), the indexes of the files whose stat changed but content did not; else
     None."""
     if not isinstance(stored, dict) or any(stored.get(k) != key[k]
-                                           for k in ("cache_version", "worker")):
+                                           for k in ("cache_version", "source", "worker")):
         return None
     old = stored.get("files")
     if not isinstance(old, list) or len(old) != len(key["files"]):
@@ -181,15 +183,13 @@ def _user_cache_root() -> Path:
     return Path(base) / "runlens"
 
 
-def locations(root: Path) -> list[Path]:
-    """Where the cache of inputs under `root` lives: in it, else in the user cache dir."""
-    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
-    return [root / ".runlens" / f"cache-v{CACHE_VERSION}",
+def _locations(run: Part) -> list[Path]:
+    """Where a part's cache lives: beside its files, else in the user cache dir."""
+    digest = hashlib.sha256(f"{run.kind}:{run.path.resolve()}".encode()).hexdigest()[:16]
+    # A run dir's cache is its own; other parts may share a folder, so theirs are named.
+    name = "cache" if run.kind == "rundir" else f"cache-{run.kind}-{digest[:8]}"
+    return [_folder(run) / ".runlens" / f"{name}-v{CACHE_VERSION}",
             _user_cache_root() / f"{digest}-v{CACHE_VERSION}"]
-
-
-def _locations(run: RunDir) -> list[Path]:
-    return locations(run.path)
 
 
 class _Lease:
@@ -305,8 +305,8 @@ def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
     return readers, [str(w) for w in warnings]
 
 
-def load(run: RunDir, key: dict[str, Any]) -> tuple[Readers, list[str]] | None | CacheDamaged:
-    """`load_at` the run dir's cache locations."""
+def load(run: Part, key: dict[str, Any]) -> tuple[Readers, list[str]] | None | CacheDamaged:
+    """`load_at` the part's cache locations."""
     return load_at(_locations(run), key)
 
 
@@ -369,10 +369,10 @@ def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFr
     return None
 
 
-def store(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
           warnings: list[str], digests: Mapping[str, list[Any]] | None = None
           ) -> Path | None:
-    """`store_at` the run dir's cache locations."""
+    """`store_at` the part's cache locations."""
     return store_at(_locations(run), key, frames, warnings, digests)
 
 
@@ -380,7 +380,7 @@ _writer: ThreadPoolExecutor | None = None
 _pending: list[Future] = []
 
 
-def store_in_background(run: RunDir, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                         warnings: list[str], digests: Mapping[str, list[Any]] | None = None
                         ) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the

@@ -7,6 +7,12 @@ or converts traces (that is the offline engine's job). Untraced steps add nothin
 session.run (tf.train.ProfilerHook fetches the global step on every run; we predict it and
 read it only on traced steps). Any failure (read-only directory, disk full, an
 unexpected error) logs one warning and turns capturing off: training always goes on.
+
+Steps are named by the global step. A graph without one, or whose global step does not
+advance (created but not passed to minimize()), gets one warning naming the fix at the
+first step that shows it, and its traced steps are named by the hook's own count of
+session.run calls instead (so nothing is lost or overwritten). While a step is traced
+on CPU, TensorFlow's own per-step log lines are quieted (analyzer.capture_logs).
 """
 
 from __future__ import annotations
@@ -19,9 +25,21 @@ from typing import Any
 
 import tensorflow as tf
 
+from analyzer.capture_logs import TfLogQuieter
 from analyzer.rundir import RunDirWriter
 
 log = logging.getLogger("runlens.capture")
+
+NO_GLOBAL_STEP = (
+    "runlens: the graph has no global step; traced steps are named by this hook's count "
+    "of session.run calls. To name them by training step, create it with "
+    "tf.compat.v1.train.get_or_create_global_step() and pass it to "
+    "optimizer.minimize(loss, global_step=...)")
+STUCK_GLOBAL_STEP = (
+    "runlens: the global step did not advance over %d session.run calls (it stays at %d), "
+    "so every trace would be step %d; traced steps are named by this hook's count of "
+    "session.run calls from here. Increment it every step: pass it to "
+    "optimizer.minimize(loss, global_step=...) or run tf.compat.v1.assign_add(global_step, 1)")
 
 _TRACE_OPTIONS = dict(trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True)
 
@@ -130,6 +148,8 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
       output_dir: the run directory (created if missing). Use one directory per graph:
         training and evaluation graphs go in different run dirs.
       clock: a monotonic clock in seconds, for tests.
+      quiet_tf_logs: while a step is traced on CPU, hide TensorFlow's own per-step log
+        lines ("Profiler session ...", "GPU trace was not collected.").
 
     Works with MonitoredTrainingSession, MonitoredSession (Estimator-style train and
     evaluation loops) and anything else that drives SessionRunHooks.
@@ -141,8 +161,13 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
         save_secs: float | None = None,
         output_dir: str | Path = "",
         clock: Callable[[], float] = time.monotonic,
+        quiet_tf_logs: bool = True,
     ) -> None:
         self._timer = StepTimer(every_steps=save_steps, every_secs=save_secs, clock=clock)
+        self._quieter = TfLogQuieter(tf) if quiet_tf_logs else None
+        self._own_steps = False  # steps named by our run count (no or a stuck global step)
+        self._runs = 0  # session.run calls seen since begin()
+        self._last_read: tuple[int, int] | None = None  # (run count, global step) read
         self._output_dir = Path(output_dir or ".")
         self._writer: RunDirWriter | None = None
         self._graph_files: _GraphFiles | None = None
@@ -169,13 +194,43 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
     def begin(self) -> None:
         self._next_step = None
         self._request = False
+        self._runs = 0
+        self._last_read = None
+        self._own_steps = False
         try:
             self._step_tensor = _step_counter(tf.compat.v1.get_default_graph())
-            if self._step_tensor is None:
-                raise RuntimeError("the graph has no global step (create one with "
-                                   "tf.compat.v1.train.get_or_create_global_step())")
+            self._own_steps = self._step_tensor is None
         except Exception as e:
             self._fail("finding the step counter", e)
+
+    def end(self, session: Any) -> None:
+        self._restore_logs()
+
+    def _restore_logs(self) -> None:
+        if self._quieter is not None:
+            try:
+                self._quieter.restore()
+            except Exception:  # noqa: BLE001 (never fail the training for quiet logs)
+                self._quieter = None
+
+    def _read_step(self, session: Any) -> int:
+        """The step this run completed: the global step, or our run count (see the module
+        docstring), switching to the count, with one warning, when the global step does not
+        advance between two reads."""
+        if self._own_steps:
+            if self._last_read is None:
+                log.warning(NO_GLOBAL_STEP)
+                self._last_read = (self._runs, -1)
+            return self._runs
+        step = int(session.run(self._step_tensor))
+        if self._last_read is not None:
+            runs, before = self._last_read
+            if step == before and self._runs > runs:
+                log.warning(STUCK_GLOBAL_STEP, self._runs - runs + 1, step, step)
+                self._own_steps = True
+                return self._runs
+        self._last_read = (self._runs, step)
+        return step
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         if self._disabled:
@@ -193,6 +248,7 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
         (+1 per run), and every traced run re-synchronizes it."""
         if self._disabled:
             return None
+        self._restore_logs()  # a traced run that raised never reached after_run
         try:
             if self._next_step is None:
                 self._request = False
@@ -200,6 +256,8 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             self._request = self._timer.should_trigger_for_step(self._next_step)
             if not self._request:
                 return None
+            if self._quieter is not None:
+                self._quieter.quiet()
             return tf.compat.v1.train.SessionRunArgs(
                 None, options=tf.compat.v1.RunOptions(**_TRACE_OPTIONS))
         except Exception as e:
@@ -207,18 +265,20 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             return None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        self._restore_logs()
         if self._disabled:
             return
+        self._runs += 1
         try:
             if self._next_step is None:
                 # The timer starts at the step before the first run, as in ProfilerHook.
                 # ProfilerHook fetches the counter in the run that increments it, which
                 # races with the increment unless the model reads it first (as Estimator
                 # builds it); reading after the run gives the same step without the race.
-                step = int(run_context.session.run(self._step_tensor))
+                step = self._read_step(run_context.session)
                 self._timer.update_last_triggered_step(step - 1)
             elif self._request:
-                step = int(run_context.session.run(self._step_tensor))
+                step = self._read_step(run_context.session)
                 self._timer.update_last_triggered_step(step)
                 self._save(step, run_values.run_metadata)
             else:
@@ -233,6 +293,7 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
 
 
 _writers: dict[Path, tuple[RunDirWriter, _GraphFiles]] = {}
+_trace_step_quieter = TfLogQuieter(tf)
 
 
 def trace_step(
@@ -244,12 +305,23 @@ def trace_step(
     errors of the run itself propagate, a failure to write only logs a warning.
     """
     run_metadata = tf.compat.v1.RunMetadata()
-    result = sess.run(
-        fetches,
-        feed_dict=feed_dict,
-        options=tf.compat.v1.RunOptions(**_TRACE_OPTIONS),
-        run_metadata=run_metadata,
-    )
+    quieter = _trace_step_quieter
+    try:
+        quieter.quiet()
+    except Exception:  # noqa: BLE001 (never fail the training for quiet logs)
+        pass
+    try:
+        result = sess.run(
+            fetches,
+            feed_dict=feed_dict,
+            options=tf.compat.v1.RunOptions(**_TRACE_OPTIONS),
+            run_metadata=run_metadata,
+        )
+    finally:
+        try:
+            quieter.restore()
+        except Exception:  # noqa: BLE001
+            pass
     key = Path(run_dir).resolve()
     try:
         if key not in _writers:

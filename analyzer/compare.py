@@ -2,40 +2,47 @@
 
 A run is reduced to `Samples`: for each traced step (per worker), the step time and the
 time of each op type and each name scope (tfprof's micros per execution, summed). A
-baseline file is exactly these samples as JSON, so CI can keep a small file.
+baseline file (analyzer.baseline) is exactly these samples as JSON.
 
-A difference is a regression only when it is statistically significant (one-sided
-Mann-Whitney U over steps, Holm-corrected across all compared metrics, `alpha`) and
-larger than `threshold` percent, after dividing the new run by the machine-wide factor:
-the median, over nodes that take real time in both runs, of their new/base time ratio.
-A machine that is uniformly 20% slower moves every node, so the factor absorbs it; a
-regression local to one scope moves few nodes, so it barely moves the factor and stays
-visible. With fewer than MIN_STEPS steps a side the threshold alone decides, with a
-warning.
+The decision is documented, with its measured false-alarm and detection rates, in
+docs/ci.md: warm-up and outlier steps are left out (analyzer.warmup), the new run is divided
+by a machine-wide factor (the median new/base ratio over nodes, so a uniformly slower
+machine is not a regression), step time is tested alone and scopes/op types as one
+Benjamini-Hochberg family, with exact Mann-Whitney p-values, and every call also needs a
+Hodges-Lehmann change above an effect-size floor measured between separate runs.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from analyzer.errors import InputFileError
+from analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
 from analyzer.model import Run
-from analyzer.stats import holm, mann_whitney
+from analyzer.stats import benjamini_hochberg, hodges_lehmann, mann_whitney_greater, smallest_p
 from analyzer.steps import step_times
+from analyzer.warmup import flag_steps
 
-BASELINE_KIND = "runlens-baseline"
-BASELINE_SCHEMA = 1
-MIN_STEPS = 5
+__all__ = ["BASELINE_KIND", "BASELINE_SCHEMA", "Comparison", "Samples", "compare",
+           "is_baseline_file", "load_baseline", "samples_from_run", "save_baseline"]
+
+MIN_STEPS = 3  # fewer steps a side: no test at all, the floors alone decide (a warning)
 FACTOR_MIN_NODES = 5
 FACTOR_MIN_US = 5.0
 FACTOR_OUTLIER = 1.5  # nodes whose ratio is this far from the first estimate changed locally
 NOISE_FLOOR = 0.01  # a metric must be at least this share of the median step to be called
+# Effect-size floors: the lower end of a regression's 95% interval (normalized
+# Hodges-Lehmann change, new/base - 1) must reach its metric's floor. Each floor is the
+# largest lower end seen between separate same-config processes (8 runs of each of two
+# models, every ordered pair, `benchmarks/ci_validation.py --floors`; docs/ci.md),
+# rounded up to the next 10%.
+STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics
+STEP_FLOORS = {STEP_TIME: 0.50, OP_TIME: 0.20}
+SCOPE_FLOORS = ((0.10, 0.70), (0.03, 0.70), (NOISE_FLOOR, 0.80))  # (share >=, floor)
 
 
 @dataclass
@@ -50,7 +57,7 @@ class Samples:
 
     @property
     def n_samples(self) -> int:
-        return self.samples.filter(pl.col("kind") == "step").height
+        return self.samples.filter(pl.col("name") == STEP_TIME).height
 
 
 def _exec_us() -> pl.Expr:
@@ -64,9 +71,11 @@ def samples_from_run(run: Run, source: str, scope_depth: int = 3) -> Samples:
     n = n.with_columns(us=_exec_us().cast(pl.Float64),
                        sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")))
     steps = step_times(run).select(
-        kind=pl.lit("step"), name=pl.lit("step time"),
+        kind=pl.lit("step"), name=pl.lit(STEP_TIME),
         sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")),
         value_us=pl.col("duration_ns") / 1000.0)
+    op_time = n.group_by("sample").agg(value_us=pl.col("us").sum()).select(
+        kind=pl.lit("step"), name=pl.lit(OP_TIME), sample="sample", value_us="value_us")
     ops = n.group_by("op_type", "sample").agg(value_us=pl.col("us").sum()).select(
         kind=pl.lit("op"), name="op_type", sample="sample", value_us="value_us")
     parts = pl.col("node_name").str.split("/")
@@ -84,7 +93,7 @@ def samples_from_run(run: Run, source: str, scope_depth: int = 3) -> Samples:
     node_medians = (per_node.group_by("node_name").agg(median_us=pl.col("us").median())
                     .filter(pl.col("median_us") >= FACTOR_MIN_US)
                     .rename({"node_name": "name"}).sort("name"))
-    long = _fill_missing(pl.concat([steps, ops, scopes]))
+    long = _fill_missing(pl.concat([steps, op_time, ops, scopes]))
     return Samples(source, long, node_medians, scope_depth,
                    {"steps": len(run.steps), "workers": run.workers})
 
@@ -101,58 +110,30 @@ def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# ----------------------------------------------------------------------------- baseline
-
-
-def save_baseline(samples: Samples, path: Path) -> None:
-    from analyzer.rundir import atomic_write
-
-    wide = samples.samples.group_by("kind", "name").agg(
-        pl.col("value_us").sort_by("sample").round(3))
-    doc = {
-        "format": BASELINE_KIND,
-        "schema": BASELINE_SCHEMA,
-        "source": samples.source,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "scope_depth": samples.scope_depth,
-        "meta": samples.meta,
-        "samples": samples.samples.select("sample").unique().sort("sample")["sample"].to_list(),
-        "metrics": [{"kind": k, "name": nm, "values_us": v}
-                    for k, nm, v in wide.sort("kind", "name").iter_rows()],
-        "node_medians_us": dict(samples.node_medians.select(
-            "name", pl.col("median_us").round(3)).iter_rows()),
-    }
-    atomic_write(path, (json.dumps(doc, indent=0) + "\n").encode())
 
 
 def is_baseline_file(path: Path) -> bool:
     return path.is_file() and path.suffix == ".json"
 
 
-def load_baseline(path: Path) -> Samples:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != BASELINE_KIND:
-        raise InputFileError(f"{path}: not a runlens baseline (save one with "
-                             "`analyze baseline save RUN -o FILE`)")
-    if doc.get("schema", 0) > BASELINE_SCHEMA:
-        raise InputFileError(f"{path}: baseline schema {doc.get('schema')} is newer than "
-                             "this runlens reads; upgrade runlens")
-    try:
-        ids = doc["samples"]
-        rows = [(m["kind"], m["name"], ids[i], float(v))
-                for m in doc["metrics"] for i, v in enumerate(m["values_us"])]
-        medians = list(doc.get("node_medians_us", {}).items())
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise InputFileError(f"{path}: malformed baseline ({type(e).__name__}: {e})") from None
-    long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
-                                      "sample": pl.String, "value_us": pl.Float64},
-                        orient="row")
-    nm = pl.DataFrame(medians, schema={"name": pl.String, "median_us": pl.Float64},
-                      orient="row")
-    return Samples(str(path), long, nm, int(doc.get("scope_depth", 3)), doc.get("meta", {}))
+# ----------------------------------------------------------------------------- warm-up
+
+
+def _step_number(sample: pl.Expr) -> pl.Expr:
+    return sample.str.extract(r"/(\d+)$", 1).cast(pl.Int64, strict=False)
+
+
+def warmup_steps(s: Samples) -> pl.DataFrame:
+    """The run's steps with outlier and warm-up flags (analyzer.warmup's rule)."""
+    steps = s.samples.filter(pl.col("name") == STEP_TIME).select(
+        "sample", worker=pl.col("sample").str.replace(r"/\d+$", ""),
+        step=_step_number(pl.col("sample")), step_us="value_us")
+    return flag_steps(steps.with_columns(pl.col("step").fill_null(0)))
+
+
+def drop_samples(s: Samples, samples: list[str]) -> Samples:
+    return Samples(s.source, s.samples.filter(~pl.col("sample").is_in(samples)),
+                   s.node_medians, s.scope_depth, s.meta)
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -169,6 +150,8 @@ class Comparison:
     warnings: list[str]
     base: str
     new: str
+    excluded: dict[str, list[str]] = field(default_factory=dict)  # side -> steps left out
+    outliers: dict[str, list[str]] = field(default_factory=dict)  # side -> flagged, kept
 
     @property
     def regressions(self) -> pl.DataFrame:
@@ -195,75 +178,196 @@ def machine_factor(base: Samples, new: Samples) -> tuple[float, int]:
     return float(steady["ratio"].median()), steady.height  # type: ignore[arg-type]
 
 
-def compare(base: Samples, new: Samples, threshold_pct: float = 5.0, alpha: float = 0.01,
-            by: str = "all", normalize: bool = True) -> Comparison:
-    """Compare per-step samples; one row per metric with medians, change and verdict.
+def floor_for(kind: str, share: float, name: str = STEP_TIME) -> float | None:
+    """The effect-size floor of a metric, or None when it is too small to be called."""
+    if kind == "step":
+        return STEP_FLOORS.get(name, max(STEP_FLOORS.values()))
+    for least, floor in SCOPE_FLOORS:
+        if share >= least:
+            return floor
+    return None
 
-    Verdicts: regression, improvement, unchanged, new (absent from base), vanished
-    (absent from new), below-floor (too small a share of the step to call).
+
+def _matrix(s: Samples, kinds: list[str]) -> tuple[list[tuple[str, str]], np.ndarray]:
+    wide = (s.samples.filter(pl.col("kind").is_in(kinds))
+            .pivot(on="sample", index=["kind", "name"], values="value_us")
+            .sort("kind", "name"))
+    keys = list(zip(wide["kind"].to_list(), wide["name"].to_list(), strict=True))
+    return keys, wide.drop("kind", "name").fill_null(0.0).to_numpy().astype(float)
+
+
+def _align(base: Samples, new: Samples, kinds: list[str]):
+    bk, bm = _matrix(base, kinds)
+    nk, nmx = _matrix(new, kinds)
+    keys = sorted(set(bk) | set(nk))
+    bi, ni = {k: i for i, k in enumerate(bk)}, {k: i for i, k in enumerate(nk)}
+    b = np.zeros((len(keys), bm.shape[1]))
+    n = np.zeros((len(keys), nmx.shape[1]))
+    present_b = np.array([k in bi for k in keys])
+    present_n = np.array([k in ni for k in keys])
+    for r, k in enumerate(keys):
+        if k in bi:
+            b[r] = bm[bi[k]]
+        if k in ni:
+            n[r] = nmx[ni[k]]
+    return keys, b, n, present_b, present_n
+
+
+def _outliers(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples, dict,
+                                                                  dict]:
+    """Leave out each side's warm-up and outlier steps (analyzer.warmup), unless `keep`."""
+    excluded: dict[str, list[str]] = {}
+    outliers: dict[str, list[str]] = {}
+    out = []
+    for side, s in (("base", base), ("new", new)):
+        flags = warmup_steps(s)
+        gone = flags.filter("left_out")["sample"].to_list()
+        flagged = flags.filter(pl.col("warmup") | pl.col("outlier"))["sample"].to_list()
+        if gone and not keep:
+            excluded[side] = gone
+            s = drop_samples(s, gone)
+        kept = [x for x in flagged if x not in excluded.get(side, [])]
+        if kept:
+            outliers[side] = kept
+        out.append(s)
+    return out[0], out[1], excluded, outliers
+
+
+def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: float = 0.01,
+            by: str = "all", normalize: bool = True, keep_outliers: bool = False
+            ) -> Comparison:
+    """Compare per-step samples; one row per metric with medians, effect, p and verdict.
+
+    The decision (docs/ci.md): step time and op time are tested on their own (exact
+    one-sided Mann-Whitney, Bonferroni over the two); scopes and op types of at least
+    NOISE_FLOOR of the step are one family under Benjamini-Hochberg (q < alpha). Either
+    way the lower end of the 95% interval of the normalized Hodges-Lehmann change must
+    reach the metric's effect-size floor (and `threshold_pct`). Warm-up and outlier steps
+    are left out unless `keep_outliers`. Verdicts: regression, improvement, unchanged,
+    new, vanished, below-floor.
     """
     warnings: list[str] = []
+    base, new, excluded, outliers = _outliers(base, new, keep_outliers)
+    for side, steps in excluded.items():
+        warnings.append(f"{side}: left out {len(steps)} warm-up/outlier step(s) "
+                        f"({', '.join(steps)}); --keep-outliers keeps them")
     factor, factor_nodes = machine_factor(base, new) if normalize else (1.0, 0)
     if normalize and factor_nodes < FACTOR_MIN_NODES:
         warnings.append(f"only {factor_nodes} nodes with >= {FACTOR_MIN_US:.0f}us in both "
                         "runs: no machine-wide normalization")
     kinds = {"all": ["step", "op", "scope"], "step": ["step"], "op": ["op"],
              "scope": ["scope"]}[by]
-    b = base.samples.filter(pl.col("kind").is_in(kinds))
-    n = new.samples.filter(pl.col("kind").is_in(kinds)).with_columns(
-        norm_us=pl.col("value_us") / factor)
-    metric = pl.concat_str("kind", "name", separator="\x1f")
-    long = pl.concat([
-        b.select(metric=metric, side=pl.lit("base"), value=pl.col("value_us")),
-        n.select(metric=metric, side=pl.lit("new"), value=pl.col("norm_us")),
-    ])
-    tests = mann_whitney(long)
-    summary = (
-        b.group_by("kind", "name").agg(
-            base_median_us=pl.col("value_us").median(),
-            base_p90_us=pl.col("value_us").quantile(0.9, "nearest"),
-            base_present=(pl.col("value_us") > 0).any())
-        .join(n.group_by("kind", "name").agg(
-            new_median_us=pl.col("value_us").median(),
-            new_p90_us=pl.col("value_us").quantile(0.9, "nearest"),
-            norm_median_us=pl.col("norm_us").median(),
-            new_present=(pl.col("value_us") > 0).any()),
-            on=["kind", "name"], how="full", coalesce=True)
-        .with_columns(metric=metric)
-        .join(tests, on="metric", how="left")
-    )
-    step_median = float(b.filter(pl.col("kind") == "step")["value_us"].median() or 0.0)  # type: ignore[arg-type]
-    enough = min(base.n_samples, new.n_samples) >= MIN_STEPS
-    method = "Mann-Whitney U (one-sided, Holm-corrected)" if enough else "threshold only"
-    if not enough:
-        warnings.append(f"fewer than {MIN_STEPS} steps on a side ({base.n_samples} base, "
-                        f"{new.n_samples} new): no significance test, the threshold alone "
-                        "decides")
-    rows = summary.with_columns(
-        change_pct=_pct(pl.col("new_median_us"), pl.col("base_median_us")),
-        norm_change_pct=_pct(pl.col("norm_median_us"), pl.col("base_median_us")),
-        p_greater_adj=holm(pl.col("p_greater").fill_null(1.0)),
-        p_less_adj=holm(pl.col("p_less").fill_null(1.0)),
-        delta_us=pl.col("norm_median_us").fill_null(0) - pl.col("base_median_us").fill_null(0),
-    )
-    big = pl.max_horizontal(pl.col("base_median_us").fill_null(0),
-                            pl.col("norm_median_us").fill_null(0)) >= NOISE_FLOOR * step_median
-    significant_up = (pl.col("p_greater_adj") < alpha) if enough else pl.lit(True)
-    significant_down = (pl.col("p_less_adj") < alpha) if enough else pl.lit(True)
-    verdict = (
-        pl.when(~pl.col("base_present").fill_null(False)).then(pl.lit("new"))
-        .when(~pl.col("new_present").fill_null(False)).then(pl.lit("vanished"))
-        .when(~big & (pl.col("kind") != "step")).then(pl.lit("below-floor"))
-        .when(significant_up & (pl.col("norm_change_pct") >= threshold_pct))
-        .then(pl.lit("regression"))
-        .when(significant_down & (pl.col("norm_change_pct") <= -threshold_pct))
-        .then(pl.lit("improvement"))
-        .otherwise(pl.lit("unchanged"))
-    )
+    keys, b, n_raw, present_b, present_n = _align(base, new, sorted(set(kinds) | {"step"}))
+    n = n_raw / factor
+    nb, nn = b.shape[1], n.shape[1]
+    is_step = np.array([k[0] == "step" for k in keys])
+    wall = [i for i, k in enumerate(keys) if k == ("step", STEP_TIME)]
+    step_median = float(np.median(b[wall[0]])) if wall and nb else 0.0
+    base_med = np.median(b, axis=1) if nb else np.full(len(keys), np.nan)
+    new_med = np.median(n_raw, axis=1) if nn else np.full(len(keys), np.nan)
+    norm_med = np.median(n, axis=1) if nn else np.full(len(keys), np.nan)
+    share = np.maximum(base_med, norm_med) / step_median if step_median > 0 \
+        else np.zeros(len(keys))
+    floors = [floor_for(k[0], float(sh), k[1]) for k, sh in zip(keys, share, strict=True)]
+    testable = min(nb, nn) >= MIN_STEPS
+    if testable:
+        p_up, test = mann_whitney_greater(n, b)
+        p_down, _ = mann_whitney_greater(b, n)
+        # Effect: Hodges-Lehmann shift of log(time + 1us): a ratio with its exact 95% CI.
+        shift, low, high = hodges_lehmann(np.log(n + 1.0), np.log(b + 1.0))
+        ratio, r_low, r_high = np.exp(shift), np.exp(low), np.exp(high)
+    else:
+        test = "no test"
+        p_up = p_down = np.full(len(keys), np.nan)
+        ratio = (norm_med + 1.0) / (base_med + 1.0)
+        r_low = r_high = np.full(len(keys), np.nan)
+        warnings.append(f"fewer than {MIN_STEPS} steps on a side ({nb} base, {nn} new): "
+                        "no significance test, the effect-size floors alone decide")
+    family = np.array([not s and f is not None for s, f in zip(is_step, floors, strict=True)])
+    family &= present_b & present_n
+    q_up, q_down = p_up.copy(), p_down.copy()
+    sig_up = np.ones(len(keys), bool)
+    sig_down = np.ones(len(keys), bool)
+    method = "no test (fewer than 3 steps a side: the effect-size floors alone decide)"
+    if testable:
+        method = (f"{test} (one-sided; step time and op time Bonferroni, scopes and op "
+                  "types Benjamini-Hochberg)")
+        p_min = smallest_p(nn, nb)
+        tied = p_min * (1 + 1e-9)
+        # Step level: step time and op time, each at alpha / 2 (Bonferroni over the two).
+        step_alpha = alpha / max(1, int(is_step.sum()))
+        q_up[is_step] = np.minimum(1.0, p_up[is_step] * is_step.sum())
+        q_down[is_step] = np.minimum(1.0, p_down[is_step] * is_step.sum())
+        sig_up, sig_down = q_up < alpha, q_down < alpha
+        if family.any():
+            q_up[family] = benjamini_hochberg(p_up[family])
+            q_down[family] = benjamini_hochberg(p_down[family])
+            sig_up[family], sig_down[family] = q_up[family] < alpha, q_down[family] < alpha
+        # Sample sizes that cannot reach alpha: say so, and call only complete separation
+        # (every new step slower than every base step) above the floor.
+        if family.any() and p_min > alpha / family.sum():
+            method = (f"{test} (one-sided; step time and op time Bonferroni; scopes and op "
+                      "types: complete separation, too few steps for Benjamini-Hochberg)")
+            warnings.append(
+                f"with {nb} base and {nn} new steps the smallest exact p is {p_min:.2g}, "
+                f"above the {alpha / family.sum():.2g} Benjamini-Hochberg needs over "
+                f"{int(family.sum())} scopes and op types: a scope or op type is called "
+                "only when every new step is slower than every base step (and the floor "
+                "holds); trace 10 or more steps a side for a real test")
+            sig_up[family], sig_down[family] = p_up[family] <= tied, p_down[family] <= tied
+        if is_step.any() and p_min >= step_alpha:
+            warnings.append(f"with {nb} base and {nn} new steps the smallest exact p is "
+                            f"{p_min:.2g}, not below {step_alpha:.2g}: step time and op "
+                            "time are called only on complete separation; trace more steps")
+            sig_up[is_step], sig_down[is_step] = p_up[is_step] <= tied, p_down[is_step] <= tied
+    threshold = threshold_pct / 100.0
+    verdicts = []
+    for i in range(len(keys)):
+        f = floors[i]
+        if not present_b[i]:
+            verdicts.append("new")
+        elif not present_n[i]:
+            verdicts.append("vanished")
+        elif f is None:
+            verdicts.append("below-floor")
+        else:
+            least = max(f, threshold)
+            # The change must reach the floor with 95% confidence: the interval's near
+            # end, not only the estimate (no interval without a test: the estimate).
+            up = r_low[i] if testable else ratio[i]
+            down = r_high[i] if testable else ratio[i]
+            if sig_up[i] and up - 1 >= least:
+                verdicts.append("regression")
+            elif sig_down[i] and 1 / down - 1 >= least:
+                verdicts.append("improvement")
+            else:
+                verdicts.append("unchanged")
+    pct = lambda a, c: np.where(c > 0, (a - c) / np.where(c > 0, c, 1) * 100, np.nan)  # noqa: E731
+    rows = pl.DataFrame({
+        "kind": [k[0] for k in keys], "name": [k[1] for k in keys],
+        "base_median_us": base_med, "new_median_us": new_med,
+        "base_p90_us": np.quantile(b, 0.9, axis=1, method="nearest") if nb else np.nan,
+        "new_p90_us": np.quantile(n_raw, 0.9, axis=1, method="nearest") if nn else np.nan,
+        "norm_median_us": norm_med,
+        "change_pct": pct(new_med, base_med), "norm_change_pct": pct(norm_med, base_med),
+        "effect_pct": (ratio - 1) * 100, "effect_low_pct": (r_low - 1) * 100,
+        "effect_high_pct": (r_high - 1) * 100,
+        "p_greater": p_up, "p_less": p_down, "p_greater_adj": q_up, "p_less_adj": q_down,
+        "floor_pct": [None if f is None else f * 100 for f in floors],
+        "share_pct": share * 100, "n_base": [nb] * len(keys), "n_new": [nn] * len(keys),
+        "verdict": verdicts,
+    }, strict=False).with_columns(
+        pl.col(c).fill_nan(None) for c in ("change_pct", "norm_change_pct", "effect_pct",
+                                           "effect_low_pct", "effect_high_pct", "p_greater",
+                                           "p_less", "p_greater_adj", "p_less_adj"))
+    rows = rows.with_columns(
+        delta_us=pl.col("norm_median_us").fill_null(0) - pl.col("base_median_us").fill_null(0))
+    if by != "all" and "step" not in kinds:
+        rows = rows.filter(pl.col("kind") != "step")
     order = {"regression": 0, "improvement": 1, "new": 2, "vanished": 3, "unchanged": 4,
              "below-floor": 5}
-    kind_order = {"step": 0, "scope": 1, "op": 2}
-    rows = _mark_explained(rows.with_columns(verdict=verdict))
+    kind_order = {"scope": 0, "step": 1, "op": 2}  # the specific scope first (docs/ci.md)
+    rows = _mark_explained(rows)
     rows = (
         rows.with_columns(v_rank=pl.col("verdict").replace_strict(order, return_dtype=pl.Int32),
                           k_rank=pl.col("kind").replace_strict(kind_order,
@@ -271,10 +375,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 5.0, alpha: floa
                           size=pl.col("delta_us").abs())
         .sort(["v_rank", "k_rank", "explained", "size", "name"],
               descending=[False, False, False, True, False])
-        .drop("v_rank", "k_rank", "size", "metric")
+        .drop("v_rank", "k_rank", "size")
     )
     return Comparison(rows, factor, factor_nodes, method, threshold_pct, alpha, warnings,
-                      base.source, new.source)
+                      base.source, new.source, excluded, outliers)
 
 
 def _mark_explained(rows: pl.DataFrame) -> pl.DataFrame:
@@ -288,7 +392,3 @@ def _mark_explained(rows: pl.DataFrame) -> pl.DataFrame:
     explained = pairs.select("name").unique().with_columns(explained=pl.lit(True))
     return rows.join(explained, on="name", how="left").with_columns(
         explained=pl.col("explained").fill_null(False) & (pl.col("kind") == "scope"))
-
-
-def _pct(new: pl.Expr, base: pl.Expr) -> pl.Expr:
-    return pl.when(base > 0).then((new - base) / base * 100.0).otherwise(None)

@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 import polars as pl
 
-from analyzer.model import Run
+from analyzer.model import Run, kernel_label_expr
 
 
 def edges(run: Run) -> pl.DataFrame:
@@ -55,6 +55,7 @@ def executed_nodes(run: Run, step: int, worker: str | None = None) -> pl.DataFra
         .group_by("node_name")
         .agg(
             op_type=pl.col("op_type").first(),
+            kernel=kernel_label_expr().first(),
             device=pl.col("device").first(),
             start_ns=pl.col("start_ns").min(),
             end_ns=pl.col("end_ns").max(),
@@ -128,6 +129,7 @@ def _executions(run: Run, steps: list[int] | None, worker: str | None) -> pl.Dat
         keep &= pl.col("worker") == worker
     return run.nodes.filter(keep).select(
         "worker", "step", "exec_idx", "node_name", "op_type", "device", "start_ns",
+        kernel=kernel_label_expr(),
         end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns"),
         busy_ns=pl.col("op_end_rel_ns"),
     )
@@ -389,8 +391,9 @@ def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
 
 def critical_paths(run: Run, steps: list[int] | None = None) -> pl.DataFrame:
     """The critical paths of many steps (every worker) at once: one row per execution on a
-    path, in path order: worker, step, exec_idx, node_name, op_type, device, start_ns,
-    end_ns, busy_ns, wait_ns. The same paths as critical_path, step by step."""
+    path, in path order: worker, step, exec_idx, node_name, op_type (the graph's), device,
+    start_ns, kernel (what ran, e.g. "_FusedConv2D (Conv2D+BiasAdd+Relu)"), end_ns, busy_ns,
+    wait_ns. The same paths as critical_path, step by step."""
     return _path_executions(run, _executions(run, steps, None))
 
 

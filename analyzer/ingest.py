@@ -135,6 +135,7 @@ GRAPH_NODE_SCHEMA: Schema = {
     "tensor_name": pl.String,
     "send_device": pl.String,
     "recv_device": pl.String,
+    "fused_ops": pl.List(pl.String),  # a fused kernel's `fused_ops` attr (Grappler remapper)
     "source": pl.String,
 }
 OP_LOG_SCHEMA: Schema = {"name": pl.String, "float_ops": pl.Int64, "types": pl.List(pl.String)}
@@ -744,6 +745,8 @@ def _graph_nodes(graphs: Iterable[bytes], kind: str) -> pl.DataFrame:
                 cols["output_shapes"].append(None)
             for key in ("tensor_name", "send_device", "recv_device"):  # Send/Recv pairing
                 cols[key].append(_text_attr(attr, key))
+            cols["fused_ops"].append([s.decode() for s in attr["fused_ops"].list.s]
+                                     if "fused_ops" in attr else None)
             cols["source"].append(kind)
     return _frame(cols, GRAPH_NODE_SCHEMA)
 

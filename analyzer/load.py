@@ -1,6 +1,9 @@
-"""Load a run directory (or a directory of per-worker run dirs) into a `Run`.
+"""Load any profile runlens reads into a `Run`: PATH -> its source (analyzer.sources)
+-> the source's parts (one per worker) -> each part's frames (from the cache, or read by
+the source) -> one Run.
 
-Step files are ingested in batches, in parallel threads (C decoder) or processes
+For run directories (analyzer/sources/rundir.py reads them with `_load_run_dir`), step
+files are ingested in batches, in parallel threads (C decoder) or processes
 (protobuf fallback); a step file that cannot be read is skipped with a one-line warning
 naming it, and the other steps still load; likewise a worker of a multi-worker run. A
 second load of the same run reads the Parquet cache (analyzer/cache.py); a cache that
@@ -18,15 +21,16 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from analyzer import cache, ingest
+from analyzer import cache, ingest, sources
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
-from analyzer.rundir import RunDir, find_runs
+from analyzer.rundir import RunDir
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
@@ -213,14 +217,21 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
     return frames, warnings, files
 
 
-def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
-                  cache_key: dict[str, Any] | None) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Ingest one run dir: its frames with derived columns. With a `cache_key`, the cache
-    is written in the background as this goes on, and these frames get what views need
-    with their default options (step -1's per-node numbers, code paths, the scope and code
-    trees), which the cache stores; without, views compute what they need."""
-    frames, warnings, files = _load_run_dir(run, jobs, progress,
-                                            digests=cache_key is not None)
+LACKS_SCHEMA = {"what": pl.String, "why": pl.String}
+
+
+def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
+                  progress: Progress | None, cache_key: dict[str, Any] | None
+                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Read one part: its frames with derived columns (and `lacks`, what its format does
+    not hold, as a frame). With a `cache_key`, the cache is written in the background as
+    this goes on, and these frames get what views need with their default options (step
+    -1's per-node numbers, code paths, the scope and code trees), which the cache stores;
+    without, views compute what they need."""
+    read = source.read(part, jobs, progress)
+    frames, warnings = sources.raw_frames(read.frames, part.worker), read.warnings
+    frames["lacks"] = pl.DataFrame({"what": list(read.lacks), "why": list(read.lacks.values())},
+                                   schema=LACKS_SCHEMA)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if cache_key is None:
         return frames, warnings
@@ -232,7 +243,7 @@ def _fresh_frames(run: RunDir, jobs: int, progress: Progress | None,
            for kind in TREE_KINDS},
     }
     later: dict[str, Future] = {name: Future() for name in builders}
-    cache.store_in_background(run, cache_key, {**frames, **later}, warnings, files)
+    cache.store_in_background(part, cache_key, {**frames, **later}, warnings, read.digests)
     try:
         for name, build in builders.items():
             frames[name] = build()
@@ -270,27 +281,27 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
     return concat
 
 
-def _cached_frames(run: RunDir, jobs: int, progress: Progress | None, warn: Warn
-                   ) -> tuple[dict[str, Any], list[str]]:
-    """The run dir's frames from its cache (read when first used), or ingested (and the
-    cache written) when there is none that matches, or it cannot be read."""
+def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
+                   progress: Progress | None, warn: Warn) -> tuple[dict[str, Any], list[str]]:
+    """The part's frames from its cache (read when first used), or read (and the cache
+    written) when there is none that matches, or it cannot be read."""
     try:
-        key: dict[str, Any] | None = cache.fingerprint(run)
-    except OSError:  # a file went away since the scan: ingest reports it; no cache
+        key: dict[str, Any] | None = cache.fingerprint(part)
+    except OSError:  # a file went away since the scan: the source reports it; no cache
         key = None
-    cached = cache.load(run, key) if key is not None else None
+    cached = cache.load(part, key) if key is not None else None
     if isinstance(cached, cache.CacheDamaged):
         warn(f"{cached}; recomputed")
     elif cached is not None:
         readers, warnings = cached
-        return _guarded(readers, run, jobs, key, warn), warnings
-    return _fresh_frames(run, jobs, progress, key)
+        return _guarded(readers, source, part, jobs, key, warn), warnings
+    return _fresh_frames(source, part, jobs, progress, key)
 
 
-def _guarded(readers: cache.Readers, run: RunDir, jobs: int, key: dict[str, Any] | None,
-             warn: Warn) -> dict[str, Callable[[], pl.DataFrame]]:
+def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part, jobs: int,
+             key: dict[str, Any] | None, warn: Warn) -> dict[str, Callable[[], pl.DataFrame]]:
     """Readers of cached frames that, if the cache turns out damaged when a frame is read,
-    ingest the run dir again (once, rewriting the cache) and give the frame from there."""
+    read the part again (once, rewriting the cache) and give the frame from there."""
     fresh: list[dict[str, pl.DataFrame]] = []
     lock = threading.Lock()  # views may read frames from several threads
 
@@ -301,8 +312,8 @@ def _guarded(readers: cache.Readers, run: RunDir, jobs: int, key: dict[str, Any]
             except cache.CacheDamaged as e:
                 with lock:
                     if not fresh:
-                        warn(f"{run.path}: cache damaged ({e}); recomputed")
-                        fresh.append(_fresh_frames(run, jobs, None, key)[0])
+                        warn(f"{part.path}: cache damaged ({e}); recomputed")
+                        fresh.append(_fresh_frames(source, part, jobs, None, key)[0])
         return fresh[0][name]
 
     return {name: functools.partial(read, name) for name in readers}
@@ -314,22 +325,30 @@ def load_run(
     use_cache: bool = True,
     jobs: int | None = None,
     progress: Progress | None = None,
+    source: str | None = None,
+    chosen: sources.Selection | None = None,
     on_warning: Warn | None = None,
 ) -> Run:
-    """Read every run dir at `path` into one Run (worker is a column).
+    """Read the profile at `path` into one Run (worker is a column): the source that
+    accepts it (`source`, a kind, forces one) splits it into parts, each read (or taken
+    from its cache) on its own.
 
-    A cached run dir is read lazily: only the frames an analysis touches are loaded.
-    Raises RunDirError when the path is not a run or no step can be read. A worker that
-    cannot be read is left out with a warning. Warnings found after this returns (a cache
-    damaged under a frame read later) are added to `Run.warnings` and given to
-    `on_warning`.
+    A cached part is read lazily: only the frames an analysis touches are loaded.
+    `chosen`: what the user picked among what the path holds (e.g. `workers` merges run
+    dirs that do not look like one job). Raises RunDirError when no source reads the path
+    or nothing in it can be read.
+    A part that cannot be read is left out with a warning when there are others. Warnings
+    found after this returns (a cache damaged under a frame read later) are added to
+    `Run.warnings` and given to `on_warning`.
     """
-    runs = find_runs(path)
+    reader = sources.detect(path, source)
+    parts = reader.parts(Path(path), chosen or sources.Selection())
     jobs = jobs or os.cpu_count() or 1
     cache.wait()  # a cache this process is still writing is read once written
-    parts: list[dict[str, Any]] = []
+    frames_of: list[dict[str, Any]] = []
     warnings: list[str] = []
-    loaded: list[RunDir] = []
+    lacks: dict[str, str] = {}
+    loaded: list[sources.Part] = []
     loading = True
 
     def warn(message: str) -> None:
@@ -337,38 +356,43 @@ def load_run(
         if on_warning is not None and not loading:
             on_warning(message)
 
-    for run in runs:
-        warnings.extend(run.warnings)
+    for part in parts:
+        warnings.extend(part.warnings)  # what finding the parts could not read
         frames: dict[str, Any]
         try:
             if use_cache:
-                frames, run_warnings = _cached_frames(run, jobs, progress, warn)
+                frames, part_warnings = _cached_frames(reader, part, jobs, progress, warn)
             else:
-                frames, run_warnings = _fresh_frames(run, jobs, progress, None)
+                frames, part_warnings = _fresh_frames(reader, part, jobs, progress, None)
         except RunDirError as e:
-            if len(runs) == 1:
+            if len(parts) == 1:
                 raise
-            warnings.append(f"{e}; worker {run.worker} left out")
+            warnings.append(f"{e}; worker {part.worker} left out")
             continue
-        parts.append(frames)
-        loaded.append(run)
-        warnings.extend(run_warnings)
-    if not parts:
+        lacking = built(frames["lacks"])
+        lacks.update(zip(lacking.get_column("what").to_list(),
+                         lacking.get_column("why").to_list(), strict=True))
+        frames_of.append(frames)
+        loaded.append(part)
+        warnings.extend(part_warnings)
+    if not frames_of:
         raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
     loading = False
-    frames = {name: _merged(parts, name) for name in Run.FRAMES}
+    frames = {name: _merged(frames_of, name) for name in Run.FRAMES}
+    paths = [p.path for p in loaded]
     if not use_cache:
-        run_ = Run.from_frames(frames, paths=[r.path for r in loaded], warnings=warnings)
+        run = Run.from_frames(frames, paths=paths, warnings=warnings, lacks=lacks)
     else:
-        run_ = Run.from_frames(
+        run = Run.from_frames(
             frames,
-            paths=[r.path for r in loaded],
+            paths=paths,
             warnings=warnings,
-            node_stats={-1: _merged(parts, "node_stats")},
+            lacks=lacks,
+            node_stats={-1: _merged(frames_of, "node_stats")},
             # Trees of several workers come from their merged numbers, not their trees.
-            derived={"code_paths": _merged(parts, "code_paths"),
-                     **({f"{k}_tree": parts[0][f"{k}_tree"] for k in TREE_KINDS}
-                        if len(parts) == 1 else {})},
+            derived={"code_paths": _merged(frames_of, "code_paths"),
+                     **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
+                        if len(frames_of) == 1 else {})},
         )
-    run_.warnings = warnings  # the same list: warnings found later appear in it
-    return run_
+    run.warnings = warnings  # the same list: warnings found later appear in it
+    return run

@@ -15,7 +15,13 @@ import polars as pl
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
 _DEVICE_PREFIX_RE = r"^(.*/(?:device:)?[a-z_]*(?:cpu|gpu|tpu|sycl)[a-z_]*:\d+)"
-_LABEL_OP_RE = r"^\S+ = ([A-Za-z0-9_>.]+)\("
+# "name = Op(inputs)", after an optional allocation prefix ("[mklcpu 0.1MB 0.1MB] ").
+_LABEL_OP_RE = r"^(?:\[[^\]]*\] )?\S+ = ([A-Za-z0-9_>.]+)\("
+# oneDNN's names for the kernels it implements (_MklMatMul, _MklNativeConv2D): the same op.
+_ONEDNN_PREFIX_RE = r"^_Mkl(?:Native)?"
+# TensorFlow ops whose names start with "Fused" (anything else named Fused* once the
+# oneDNN prefix is gone is a Grappler fusion: _MklNativeFusedConv2D is _FusedConv2D).
+_PUBLIC_FUSED_RE = r"^Fused(?:BatchNorm|Pad|Resize)"
 
 
 FrameSource = pl.DataFrame | Callable[[], pl.DataFrame]
@@ -67,7 +73,8 @@ class Run:
     def __init__(self, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                  warnings: list[str] | None = None,
                  node_stats: dict[int, FrameSource] | None = None,
-                 derived: dict[str, FrameSource] | None = None) -> None:
+                 derived: dict[str, FrameSource] | None = None,
+                 lacks: dict[str, str] | None = None) -> None:
         self._frames: dict[str, FrameSource] = {name: frames[name] for name in self.FRAMES}
         self._nodes: pl.DataFrame | None = None
         self._outputs: pl.DataFrame | None = None
@@ -75,6 +82,9 @@ class Run:
         self.warnings = warnings or []
         self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
         self.derived: dict[str, FrameSource] = dict(derived or {})
+        # What the input format does not hold (what -> why), said once by the output;
+        # views and checkers that need it say they were skipped.
+        self.lacks: dict[str, str] = dict(lacks or {})
 
     @property
     def nodes(self) -> pl.DataFrame:
@@ -109,7 +119,8 @@ class Run:
     def from_frames(cls, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                     warnings: list[str] | None = None,
                     node_stats: dict[int, FrameSource] | None = None,
-                    derived: dict[str, FrameSource] | None = None) -> Run:
+                    derived: dict[str, FrameSource] | None = None,
+                    lacks: dict[str, str] | None = None) -> Run:
         """A Run from a mapping with every name of FRAMES (others are ignored), or with
         `nodes` (NODE_COLUMNS) in place of executions and keys, `outputs`
         (OUTPUT_COLUMNS) in place of output_rows and output_keys."""
@@ -120,7 +131,7 @@ class Run:
             rows, f["output_keys"] = split_keys(built(f["outputs"]), OUTPUT_KEY_COLUMNS)
             f["output_rows"] = rows.rename({"key_id": "out_key"})
         return cls(f, paths=paths, warnings=warnings, node_stats=node_stats,
-                   derived=derived)
+                   derived=derived, lacks=lacks)
 
     def replace(self, **frames: FrameSource) -> Run:
         """A copy with some frames replaced, `nodes` or `outputs` (whole) among them
@@ -128,7 +139,8 @@ class Run:
         parts = {"nodes": ("executions", "keys"), "outputs": ("output_rows", "output_keys")}
         replaced = {p for name, pair in parts.items() if name in frames for p in pair}
         base = {k: v for k, v in self._frames.items() if k not in replaced}
-        return Run.from_frames({**base, **frames}, self.paths, self.warnings)
+        return Run.from_frames({**base, **frames}, self.paths, self.warnings,
+                               lacks=self.lacks)
 
     @property
     def steps(self) -> list[int]:
@@ -180,13 +192,43 @@ def _unify_device_names(nodes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def kernel_expr(op: pl.Expr) -> pl.Expr:
+    """The kernel an executed op names, without oneDNN's implementation prefix:
+    _MklMatMul -> MatMul, _MklNativeFusedConv2D -> _FusedConv2D, _FusedConv2D stays."""
+    bare = op.str.replace(_ONEDNN_PREFIX_RE, "")
+    renamed = op.str.contains(_ONEDNN_PREFIX_RE)
+    fusion = bare.str.starts_with("Fused") & ~bare.str.contains(_PUBLIC_FUSED_RE)
+    return (pl.when(renamed & fusion).then(pl.lit("_") + bare)
+            .when(renamed).then(bare).otherwise(op))
+
+
+def fused_label_expr(kernel: pl.Expr, fused_ops: pl.Expr) -> pl.Expr:
+    """"Conv2D+BiasAdd+Relu" for a _FusedConv2D whose fused_ops attr is [BiasAdd, Relu];
+    null when the kernel fused nothing (or the graphs do not say)."""
+    base = kernel.str.replace(r"^_Fused", "")
+    has = fused_ops.list.len().fill_null(0) > 0
+    return pl.when(has).then(
+        pl.concat_str(base, pl.lit("+"), fused_ops.list.join("+")))
+
+
+def kernel_label_expr(kernel: str = "kernel", fused_ops: str = "fused_ops") -> pl.Expr:
+    """How a kernel is shown: "_FusedConv2D (Conv2D+BiasAdd+Relu)", or the kernel alone."""
+    return pl.when(pl.col(fused_ops).is_not_null()).then(
+        pl.format("{} ({})", kernel, fused_ops)).otherwise(pl.col(kernel))
+
+
 def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
     """The key table (worker, lane, node_name, timeline_label: one row per distinct key of
-    the executions) with what is derived from it: device, lane_kind and op_type
-    (+ op_type_source), and node_name: the graph node (the raw name becomes stat_name).
+    the executions) with what is derived from it: device, lane_kind, op_type
+    (+ op_type_source), kernel and fused_ops, and node_name: the graph node (the raw name
+    becomes stat_name).
 
     Op type: the graph's op (graph.pb, then partition graphs) for the node's name; for nodes
     the graphs do not name, the op in the timeline label ("name = Op(...)"); "unknown" last.
+    Kernel: what actually ran, from the partition graphs (after Grappler), then the
+    timeline label, else the op type; Grappler's remapper fuses Conv2D+BiasAdd+Relu into a
+    _FusedConv2D that keeps the Relu node's name, so the two differ there (docs/views.md).
+    fused_ops: "Conv2D+BiasAdd+Relu" from the fused node's `fused_ops` attr.
     A key repeats every step, so this is a few thousand rows whatever the run's size.
     """
     lanes = keys.select("worker", "lane").unique().with_columns(
@@ -195,13 +237,21 @@ def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
         lane_kind=lane_kind_expr(pl.col("lane")),
     )
     lanes = _unify_device_names(lanes)
+    named = graph_nodes.filter(pl.col("op") != "")
     ops = (
-        graph_nodes.filter(pl.col("op") != "")
-        .with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))
+        named.with_columns(rank=pl.when(pl.col("source") == "graph").then(0).otherwise(1))
         .sort("rank", maintain_order=True)
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
         .select("worker", pl.col("name").alias("graph_node"), pl.col("op").alias("graph_op"))
     )
+    executed = (
+        named.filter(pl.col("source") != "graph")
+        .unique(subset=["worker", "name"], keep="first", maintain_order=True)
+        .select("worker", pl.col("name").alias("graph_node"),
+                pl.col("op").alias("partition_op"), pl.col("fused_ops").alias("fused_list"))
+    )
+    op_type = pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown"))
+    kernel = kernel_expr(pl.coalesce(pl.col("partition_op"), pl.col("label_op"), op_type))
     return (
         keys
         # GPU stream records name "node:kernel"; the graph node is the part before ':'.
@@ -209,13 +259,17 @@ def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
                       label_op=pl.col("timeline_label").str.extract(_LABEL_OP_RE, 1))
         .join(lanes, on=["worker", "lane"], how="left", maintain_order="left")
         .join(ops, on=["worker", "graph_node"], how="left", maintain_order="left")
+        .join(executed, on=["worker", "graph_node"], how="left", maintain_order="left")
+        .with_columns(kernel=kernel)
         .select(
             "worker", "lane", pl.col("node_name").alias("stat_name"), "timeline_label",
             pl.col("graph_node").alias("node_name"), "device", "lane_kind",
-            op_type=pl.coalesce(pl.col("graph_op"), pl.col("label_op"), pl.lit("unknown")),
+            op_type=op_type,
             op_type_source=pl.when(pl.col("graph_op").is_not_null()).then(pl.lit("graph"))
             .when(pl.col("label_op").is_not_null()).then(pl.lit("timeline_label"))
             .otherwise(pl.lit("unknown")),
+            kernel="kernel",
+            fused_ops=fused_label_expr(pl.col("kernel"), pl.col("fused_list")),
         )
     )
 
@@ -227,10 +281,10 @@ NODE_COLUMNS = [
     "op_start_rel_ns", "op_end_rel_ns", "all_end_rel_ns", "scheduled_ns", "thread_id",
     "mem_total_bytes", "mem_peak_bytes", "mem_live_bytes", "allocator_bytes_in_use",
     "temp_bytes", "persistent_bytes", "output_bytes", "worker", "node_name", "device",
-    "lane_kind", "op_type", "op_type_source",
+    "lane_kind", "op_type", "op_type_source", "kernel", "fused_ops",
 ]
 KEY_COLUMNS = ["worker", "lane", "stat_name", "timeline_label", "node_name", "device",
-               "lane_kind", "op_type", "op_type_source"]
+               "lane_kind", "op_type", "op_type_source", "kernel", "fused_ops"]
 
 
 # The outputs frame as a Run shows it.

@@ -62,6 +62,8 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         canonical=pl.col("device").filter(ran_on_device)
         .sort_by(pl.col("first_counted").filter(ran_on_device)).first(),
         exec_op=pl.col("op_type").sort_by("first_row").first(),
+        kernel=pl.col("kernel").sort_by("first_row").first(),
+        fused_ops=pl.col("fused_ops").sort_by("first_row").first(),
     )
     per_key = per_key.join(per_node, on="node_id", how="left").sort("key_id")
     canonical = pl.col("canonical")
@@ -109,7 +111,7 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         .join(per_node, on="node_id", how="left")
         .join(sums, on="node_id", how="left")
         .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
-                exec_op="exec_op")
+                exec_op="exec_op", kernel="kernel", fused_ops="fused_ops")
     )
 
 
@@ -119,7 +121,7 @@ def executed_stats(run: Run, step: int = -1) -> pl.DataFrame:
 
 
 def _executed(per_node: pl.DataFrame) -> pl.DataFrame:
-    return per_node.filter(pl.col("steps_run") > 0).drop("exec_op")
+    return per_node.filter(pl.col("steps_run") > 0).drop("exec_op", "kernel", "fused_ops")
 
 
 def _params(shape: pl.Expr) -> pl.Expr:
@@ -132,7 +134,8 @@ def _params(shape: pl.Expr) -> pl.Expr:
 def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
     """Every node tfprof knows (graph.pb nodes and executed nodes), with its metrics.
 
-    Columns: worker, name, op_type, types (op type, op_log types, canonical device),
+    Columns: worker, name, op_type (the graph's, as tfprof), kernel and fused_ops (what
+    ran: analyzer.model.derive_keys), types (op type, op_log types, canonical device),
     device, micros ... occurrence (METRICS), params, float_ops, executed.
     Memoized on the Run per step (every view and checker starts here); the cache stores
     step -1's, so a warm analysis never aggregates the executions again.
@@ -155,7 +158,8 @@ def _node_stats(run: Run, step: int) -> pl.DataFrame:
         .unique(subset=["worker", "name"], keep="first", maintain_order=True)
         .select("worker", "name", graph_op="op", params=_params(pl.col("shape")))
     )
-    exec_types = per_node.select("worker", name="node_name", exec_op="exec_op")
+    exec_types = per_node.select("worker", "kernel", "fused_ops", name="node_name",
+                                 exec_op="exec_op")
     ex = executed.rename({"node_name": "name"})
     nodes = (
         graph.join(ex, on=["worker", "name"], how="full", coalesce=True)
@@ -171,6 +175,7 @@ def _node_stats(run: Run, step: int) -> pl.DataFrame:
         executed=pl.col("steps_run").is_not_null(),
     )
     float_ops = pl.col("static_float_ops").fill_null(0)
+    nodes = nodes.with_columns(kernel=pl.coalesce("kernel", "op_type"))
     return nodes.with_columns(
         float_ops=pl.when(pl.col("executed")).then(float_ops * pl.col("occurrence"))
         .otherwise(float_ops),
@@ -180,6 +185,6 @@ def _node_stats(run: Run, step: int) -> pl.DataFrame:
             pl.col("device").fill_null(""),
         ).list.eval(pl.element().filter(pl.element() != "")),
     ).select(
-        "worker", "name", "op_type", "types", "device", *METRICS, "params", "float_ops",
-        "executed",
+        "worker", "name", "op_type", "kernel", "fused_ops", "types", "device", *METRICS,
+        "params", "float_ops", "executed",
     ).sort("worker", "name")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import RunDirError
+from analyzer.samejob import check_one_job
 
 FORMAT_NAME = "runlens-run"
 FORMAT_VERSION = 1
@@ -269,11 +270,13 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
+def find_runs(path: str | os.PathLike[str], workers: bool = False) -> list[RunDir]:
     """The run dirs at `path`: the directory itself, or its subdirectories (one per worker).
 
-    Raises RunDirError with a one-line reason when `path` holds no run. A subdirectory
-    that cannot be read is reported in the first run dir's warnings (it may be a worker).
+    Raises RunDirError with a one-line reason when `path` holds no run, or holds run dirs
+    that are not one job (analyzer.samejob) unless `workers` forces merging them. A
+    subdirectory that cannot be read, or whose manifest is refused, is reported in the
+    first run dir's warnings and left out.
     """
     root = Path(path)
     try:
@@ -294,7 +297,7 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
         children = sorted(root.iterdir())
     except OSError as e:
         raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
-    workers, problems = [], []
+    found, problems = [], []
     for p in children:
         try:
             os.stat(p)
@@ -304,12 +307,12 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
             problems.append(f"{p}: cannot read ({e.strerror or e}); left out")
             continue
         if is_run_dir(p):
-            workers.append(p)
-    if not workers:
+            found.append(p)
+    if not found:
         raise RunDirError(f"{root}: not a run directory (no steps/step-*.pb found"
                           + (f"; {problems[0]}" if problems else "") + ")")
     runs, refused = [], []
-    for p in workers:  # a worker whose manifest is refused is left out, not the run
+    for p in found:  # a worker whose manifest is refused is left out, not the run
         try:
             runs.append(_open_run(p, worker=_worker_name(p, p.name)))
         except RunDirError as e:
@@ -320,6 +323,7 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
     first = runs[0]
     runs[0] = RunDir(first.path, first.worker, first.steps, first.graph, first.op_log,
                      first.manifest, (*problems, *first.warnings))
+    check_one_job(root, runs, force=workers)
     return runs
 
 

@@ -1,113 +1,35 @@
-"""tfprof's four views: op types, name scopes, graph nodes and Python code.
+"""tfprof's four views: op types (by default the kernels that ran), name scopes, graph
+nodes and Python code.
 
 Views are pure functions `(Run, ViewOptions) -> View`, built on `nodestats.node_stats`
 (per-node numbers with tfprof's rules) and computed with polars expressions. The scope and
 code views share one tree engine: a node's totals are the sum of the self numbers of the
 accounted nodes under it; show/hide/trim/start regexes, max_depth and min_* thresholds
 choose what is displayed, and a hidden node's displayed descendants move up to the nearest
-displayed ancestor, as in tfprof. docs/views.md lists every option and where we differ
-from tfprof on purpose.
+displayed ancestor, as in tfprof. Options: analyzer.view_options. docs/views.md lists
+every option and where we differ from tfprof on purpose.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from analyzer.errors import RunlensError
-from analyzer.model import Run
+from analyzer.codepaths import code_paths
+from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import METRICS, node_stats
+from analyzer.view_options import (  # noqa: F401 (ViewOptionError: re-exported)
+    ORDER_BY,
+    THRESHOLDS,
+    ViewOptionError,
+    ViewOptions,
+)
 
 ALL_METRICS = [*METRICS, "params", "float_ops"]
-ORDER_BY = {
-    "name": "name", "bytes": "requested_bytes", "peak_bytes": "peak_bytes",
-    "residual_bytes": "residual_bytes", "output_bytes": "output_bytes", "micros": "micros",
-    "accelerator_micros": "accelerator_micros", "cpu_micros": "cpu_micros",
-    "params": "params", "float_ops": "float_ops", "occurrence": "occurrence",
-}
-SELECTABLE = ["bytes", "peak_bytes", "residual_bytes", "output_bytes", "micros",
-              "accelerator_micros", "cpu_micros", "params", "float_ops", "occurrence",
-              "tensor_value", "device", "op_types", "input_shapes"]
 ROOT = "_TFProfRoot"
-# min_* option -> the metric it bounds (tfprof compares totals in tree views).
-THRESHOLDS = {
-    "min_bytes": "requested_bytes", "min_peak_bytes": "peak_bytes",
-    "min_residual_bytes": "residual_bytes", "min_output_bytes": "output_bytes",
-    "min_micros": "micros", "min_accelerator_micros": "accelerator_micros",
-    "min_cpu_micros": "cpu_micros", "min_params": "params", "min_float_ops": "float_ops",
-    "min_occurrence": "occurrence",
-}
-
-
-class ViewOptionError(RunlensError):
-    """An option value that cannot be used (bad regex, unknown order_by, ...)."""
-
-
-@dataclass(frozen=True)
-class ViewOptions:
-    """tfprof's options (options.md), with its defaults. Regexes must match a whole name."""
-
-    max_depth: int = 100
-    min_bytes: int = 0
-    min_peak_bytes: int = 0
-    min_residual_bytes: int = 0
-    min_output_bytes: int = 0
-    min_micros: int = 0
-    min_accelerator_micros: int = 0
-    min_cpu_micros: int = 0
-    min_params: int = 0
-    min_float_ops: int = 0
-    min_occurrence: int = 0
-    step: int = -1
-    order_by: str = "name"
-    account_type_regexes: tuple[str, ...] = (".*",)
-    start_name_regexes: tuple[str, ...] = (".*",)
-    trim_name_regexes: tuple[str, ...] = ()
-    show_name_regexes: tuple[str, ...] = (".*",)
-    hide_name_regexes: tuple[str, ...] = ()
-    account_displayed_op_only: bool = False
-    select: tuple[str, ...] = ("micros",)
-
-    def __post_init__(self) -> None:
-        if self.order_by not in ORDER_BY:
-            raise ViewOptionError(
-                f"order_by {self.order_by!r}: expected one of {', '.join(ORDER_BY)}")
-        bad = [s for s in self.select if s not in SELECTABLE]
-        if bad:
-            raise ViewOptionError(f"select {bad[0]!r}: expected some of {', '.join(SELECTABLE)}")
-        if self.max_depth < 0:
-            raise ViewOptionError("max_depth must be >= 0")
-        for name in ("account_type_regexes", "start_name_regexes", "trim_name_regexes",
-                     "show_name_regexes", "hide_name_regexes"):
-            for rx in getattr(self, name):
-                reason = _regex_error(rx)
-                if reason:
-                    raise ViewOptionError(f"{name}: bad regex {rx!r}: {reason}")
-
-    def with_(self, **changes: Any) -> ViewOptions:
-        return replace(self, **changes)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
-
-
-@functools.lru_cache(maxsize=256)
-def _regex_error(rx: str) -> str | None:
-    """Why polars (Rust regex syntax) rejects `rx`, or None (each regex is compiled once
-    per process: views build several ViewOptions with the same defaults)."""
-    if rx == ".*":
-        return None
-    try:
-        pl.select(pl.lit("").str.contains(rx))
-    except pl.exceptions.PolarsError as e:
-        why = [ln.strip() for ln in str(e).splitlines() if ln.strip().startswith("error:")]
-        return why[0].removeprefix("error:").strip() if why else "invalid"
-    return None
 
 
 @dataclass
@@ -147,10 +69,24 @@ def _is_everything(regexes: tuple[str, ...]) -> bool:
 
 
 def _accounted(account_type_regexes: tuple[str, ...]) -> pl.Expr:
+    """Nodes one of whose `types` (see _types) fully matches one of the regexes."""
     if _is_everything(account_type_regexes):
         return pl.lit(True)
     rx = "|".join(f"(?:{r})" for r in account_type_regexes)
     return pl.col("types").list.eval(pl.element().str.contains(f"^(?:{rx})$")).list.any()
+
+
+def _types(opts: ViewOptions) -> pl.Expr:
+    """The names account_type_regexes test: the graph op type, op_log types and device
+    (tfprof's), and with op_types "kernel" the kernel that ran too."""
+    if opts.op_types == "kernel":
+        return pl.concat_list("types", "kernel").list.unique(maintain_order=True)
+    return pl.col("types")
+
+
+def _visible_depth(opts: ViewOptions) -> int:
+    """max_depth in tfprof's terms (its hidden root is depth 1)."""
+    return opts.max_depth if opts.depth_from_root else opts.max_depth + 1
 
 
 def _sorted(df: pl.DataFrame, opts: ViewOptions, name_col: str = "name") -> pl.DataFrame:
@@ -169,17 +105,27 @@ def _root_totals(df: pl.DataFrame) -> dict[str, int]:
 
 
 def op_view(run: Run, opts: ViewOptions) -> View:
-    """One row per op type: the sums over its nodes whose types match account_type_regexes.
+    """One row per kernel (op_types "kernel": "_FusedConv2D (Conv2D+BiasAdd+Relu)") or per
+    graph op type (op_types "graph", tfprof's): the sums over its nodes whose types match
+    account_type_regexes. Each row lists the graph op types (`op_types`) and kernels
+    (`kernels`) of its nodes.
 
-    Thresholds compare each op type's own numbers (tfprof compares running totals down
+    Thresholds compare each row's own numbers (tfprof compares running totals down
     its sorted list, see docs/views.md).
     """
-    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
-    per_type = nodes.group_by("op_type").agg(
+    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+        _accounted(opts.account_type_regexes))
+    if opts.op_types == "kernel":
+        name = kernel_label_expr()
+    else:
+        name = pl.col("op_type")
+    per_type = nodes.with_columns(name=name).group_by("name").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
         nodes=pl.len(),
         executed_nodes=pl.col("executed").sum(),
-    ).rename({"op_type": "name"})
+        op_types=pl.col("op_type").unique().sort(),
+        kernels=pl.col("kernel").unique().sort(),
+    )
     rows = _sorted(per_type, opts)
     root = _root_totals(rows)
     start = rows.select(_full_match_any(pl.col("name"), opts.start_name_regexes).arg_true())
@@ -188,7 +134,8 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     trimmed = rows.select(_full_match_any(pl.col("name"), opts.trim_name_regexes).arg_true())
     if trimmed.height:
         rows = rows.head(trimmed.to_series()[0])
-    rows = rows.head(opts.max_depth + 1).filter(_shown(opts))
+    rows = rows.head(opts.max_depth + 1 if opts.depth_from_root else opts.max_depth)
+    rows = rows.filter(_shown(opts))
     if opts.account_displayed_op_only:
         root = _root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
@@ -209,18 +156,21 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     are computed once per run and cached with it (single run dirs: a tree over several
     workers is built from their merged numbers)."""
     sep = _SEPARATORS[kind]
-    if opts.step == -1 and _is_everything(opts.account_type_regexes):
+    if (opts.step == -1 and _is_everything(opts.account_type_regexes)
+            and not (kind == "code" and opts.library_frames)):
         nodes = default_tree_nodes(run, kind)
     else:
-        nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts.step), opts.account_type_regexes,
+        nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts), opts.account_type_regexes,
                            sep)
     return _display(kind, nodes, opts, sep)
 
 
 def default_tree_nodes(run: Run, kind: str) -> pl.DataFrame:
-    """The nodes of the `kind` tree at step -1 with every op type accounted, once per run."""
+    """The nodes of the `kind` tree at step -1 with every op type accounted (code: user
+    frames only), once per run."""
     def build(r: Run) -> pl.DataFrame:
-        return tree_nodes(kind, _TREE_ITEMS[kind](r, -1), (".*",), _SEPARATORS[kind])
+        return tree_nodes(kind, _TREE_ITEMS[kind](r, ViewOptions()), (".*",),
+                          _SEPARATORS[kind])
 
     return run.derived_frame(f"{kind}_tree", build)
 
@@ -318,7 +268,8 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
         )
     trimmed_out = pl.col("under_trim") | (pl.col("trim") if kind == "code" else pl.lit(False))
     d = d.with_columns(
-        displayed=pl.col("eligible") & ~trimmed_out & (pl.col("depth") <= opts.max_depth)
+        displayed=pl.col("eligible") & ~trimmed_out
+        & (pl.col("depth") <= _visible_depth(opts))
         & _shown(opts, self_counts=kind == "scopes")
     )
     shown = d.filter(pl.col("displayed"))
@@ -376,12 +327,14 @@ def _displayed_parents(nodes: pl.DataFrame, shown: pl.DataFrame) -> pl.DataFrame
 
 
 def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
-    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name.
+    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name
+(and, unless zero_rows, not a row whose numbers are all zero).
 
     Thresholds test totals; params, float_ops and occurrence test a node's own numbers in
     the scope view (`self_counts`), as tfprof does.
     """
-    cond = pl.lit(True)
+    cond = pl.lit(True) if opts.zero_rows else pl.any_horizontal(
+        [pl.col(m) != 0 for m in ALL_METRICS])
     for option, metric in THRESHOLDS.items():
         bound = getattr(opts, option)
         if bound:
@@ -467,66 +420,42 @@ def _order_tree(rows: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
 
 
 def scope_view(run: Run, opts: ViewOptions) -> View:
-    """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below."""
-    return tree_view("scopes", run, opts)
+    """Name scopes: a node "a/b/c" sits under scope "a/b"; totals include everything below.
+    With op_types "kernel", a node that ran as another kernel than its graph op type (a
+    fused `conv1/Relu`) carries `kernel` and `fused_ops` (else they are null)."""
+    view = tree_view("scopes", run, opts)
+    if opts.op_types == "kernel":
+        other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
+        kernels = (node_stats(run, opts.step).filter(other)
+                   .unique(subset="name", keep="first", maintain_order=True)
+                   .select(pl.col("name").alias("key"), "kernel", "fused_ops"))
+        view.rows = view.rows.join(kernels, on="key", how="left", maintain_order="left")
+    return view
 
 
-def _scope_items(run: Run, step: int) -> pl.DataFrame:
-    return node_stats(run, step).select(pl.col("name").str.split("/").alias("path"), "types",
-                                        *ALL_METRICS)
-
-
-def _trace_string() -> pl.Expr:
-    """tfprof's name for a code frame: file basename, line, function (cut to 20 chars)."""
-    fn = pl.col("function")
-    short = pl.when(fn.str.len_chars() < 20).then(fn).otherwise(fn.str.head(17) + "...")
-    return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
-                     short)
-
-
-def code_paths(run: Run) -> pl.DataFrame:
-    """worker, name, path: each op's code path, outermost frame first, as tfprof builds it.
-
-    Gradient ops ("gradients/<fwd>_grad/...") take the path of their forward op with
-    " (gradient)" on every frame, so backprop time lands next to the code that caused it.
-    Ops without a code trace of their own (runtime-only nodes) are left out, as in tfprof.
-    Computed once per run and cached with it.
-    """
-    return run.derived_frame("code_paths", _code_paths)
-
-
-def _code_paths(run: Run) -> pl.DataFrame:
-    own = (
-        run.code.sort("worker", "name", "depth")
-        .group_by("worker", "name", maintain_order=True)
-        .agg(path=_trace_string())
-    )
-    names = own.select("worker", "name")
-    fwd = pl.col("name").str.extract(r"gradients/(.+?)_grad/", 1)
-    is_grad = pl.col("name").str.contains("gradients/") & pl.col("name").str.contains("_grad/")
-    grads = (
-        names.filter(is_grad & fwd.is_not_null())
-        .with_columns(fwd=fwd)
-        .join(own.rename({"name": "fwd"}), on=["worker", "fwd"])
-        .select("worker", "name",
-                path=pl.col("path").list.eval(pl.element() + " (gradient)"))
-    )
-    forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
-    return pl.concat([forward, grads])
+def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
+    return node_stats(run, opts.step).select(pl.col("name").str.split("/").alias("path"),
+                                             _types(opts).alias("types"), *ALL_METRICS)
 
 
 def code_view(run: Run, opts: ViewOptions) -> View:
     """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
-    frames nest by call stack, outermost first, as tfprof's code view does."""
+    frames nest by call stack, outermost first, as tfprof's code view does. Unless
+    library_frames, frames of TensorFlow, Keras, absl and the standard library are left
+    out, so the innermost user frame gets the time (analyzer.codepaths)."""
     view = tree_view("code", run, opts)
     if not code_paths(run).height:
         view.notes.append("no code traces (op_log.pb missing or without them)")
     return view
 
 
-def _code_items(run: Run, step: int) -> pl.DataFrame:
-    return node_stats(run, step).join(code_paths(run), on=["worker", "name"], how="inner"
-                                      ).select("path", "types", *ALL_METRICS)
+def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
+    paths = code_paths(run).select(
+        "worker", "name", path="path" if opts.library_frames else "user_path"
+    ).filter(pl.col("path").list.len() > 0)
+    return node_stats(run, opts.step).join(paths, on=["worker", "name"], how="inner"
+                                           ).select("path", _types(opts).alias("types"),
+                                                    *ALL_METRICS)
 
 
 _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
@@ -534,7 +463,8 @@ _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
 
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
-    nodes = node_stats(run, opts.step).filter(_accounted(opts.account_type_regexes))
+    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+        _accounted(opts.account_type_regexes))
     inputs = (
         run.graph_nodes.filter(pl.col("source") == "graph")
         .unique(subset=["worker", "name"], keep="first")
@@ -543,7 +473,8 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
     nodes = nodes.join(inputs, on=["worker", "name"], how="left")
     agg = nodes.group_by("name").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
-        op_type=pl.col("op_type").first(), device=pl.col("device").first(),
+        op_type=pl.col("op_type").first(), kernel=pl.col("kernel").first(),
+        fused_ops=pl.col("fused_ops").first(), device=pl.col("device").first(),
         inputs=pl.col("inputs").first(),
     )
     rows = _sorted(agg, opts)
@@ -561,3 +492,6 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
 
 
 VIEWS = {"ops": op_view, "scopes": scope_view, "graph": graph_view, "code": code_view}
+# What a view cannot do without (names of Run.lacks): on a run that lacks it, the view is
+# skipped with the reason instead of showing an empty tree.
+VIEW_NEEDS: dict[str, frozenset[str]] = {"code": frozenset({"code"})}

@@ -316,20 +316,22 @@ def emit_rusage() -> None:
 
 def _drop_cache(run_path: Path) -> None:
     from analyzer import cache
-    from analyzer.rundir import find_runs
+    from analyzer.sources import Selection
+    from analyzer.sources.rundir import SOURCE
 
-    for run in find_runs(run_path):
-        for loc in cache._locations(run):  # the run dir's .runlens/ and the user cache dir
+    for part in SOURCE.parts(Path(run_path), Selection()):
+        for loc in cache._locations(part):  # the run dir's .runlens/ and the user cache dir
             shutil.rmtree(loc, ignore_errors=True)
-        shutil.rmtree(run.path / ".runlens", ignore_errors=True)
+        shutil.rmtree(part.path / ".runlens", ignore_errors=True)
 
 
 def _cache_present(run_path: Path) -> bool:
     from analyzer import cache
-    from analyzer.rundir import find_runs
+    from analyzer.sources import Selection
+    from analyzer.sources.rundir import SOURCE
 
-    run = find_runs(run_path)[0]
-    return any((loc / "key.json").is_file() for loc in cache._locations(run))
+    part = SOURCE.parts(Path(run_path), Selection())[0]
+    return any((loc / "key.json").is_file() for loc in cache._locations(part))
 
 
 def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:

@@ -14,7 +14,7 @@ from analyzer.model import Run
 from checkers.base import REGISTRY, Analysis, Checker, Finding, Severity
 
 __all__ = ["REGISTRY", "Analysis", "Checker", "Finding", "Severity", "all_checkers",
-           "resolve", "run_checks"]
+           "resolve", "run_checks", "skipped_checks"]
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
@@ -38,12 +38,30 @@ def resolve(keys: list[str]) -> set[str]:
     return codes
 
 
+def _chosen(select: list[str] | None, ignore: list[str] | None) -> list[str]:
+    chosen = resolve(select) if select else set(REGISTRY)
+    return sorted(chosen - resolve(ignore or []))
+
+
 def run_checks(run: Run, select: list[str] | None = None,
                ignore: list[str] | None = None) -> list[Finding]:
-    chosen = resolve(select) if select else set(REGISTRY)
-    chosen -= resolve(ignore or [])
+    """Findings of the chosen checkers that can run on `run` (skipped_checks: the rest)."""
     analysis = Analysis(run)
     findings: list[Finding] = []
-    for code in sorted(chosen):
-        findings.extend(REGISTRY[code]().check(analysis))
+    for code in _chosen(select, ignore):
+        checker = REGISTRY[code]()
+        if checker.skip_reason(run) is None:
+            findings.extend(checker.check(analysis))
     return sorted(findings, key=Finding.sort_key)
+
+
+def skipped_checks(run: Run, select: list[str] | None = None,
+                   ignore: list[str] | None = None) -> list[dict[str, str]]:
+    """The chosen checkers that need what the run's input lacks: code, name and why."""
+    out = []
+    for code in _chosen(select, ignore):
+        checker = REGISTRY[code]()
+        reason = checker.skip_reason(run)
+        if reason is not None:
+            out.append({"code": code, "name": checker.name, "reason": reason})
+    return out

@@ -29,6 +29,7 @@ class AcceleratorUtilization(Checker):
     name = "accelerator-utilization"
     title = "Accelerator utilization"
     severity = Severity.WARNING
+    severity_note = f"info when a kernel runs {LOW:.0%} of the step or more"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         n = a.run.nodes.filter(pl.col("all_start_us") > 0)

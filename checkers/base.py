@@ -72,6 +72,17 @@ class Checker:
     name: ClassVar[str]
     title: ClassVar[str]
     severity: ClassVar[Severity] = Severity.INFO
+    # When a finding gets another severity than `severity` (`advise --list` shows it), e.g.
+    # "warning when the device is idle for half of the step or more".
+    severity_note: ClassVar[str] = ""
+    # What of the run it needs (names of Run.lacks: "memory", "outputs", "graph", "code");
+    # a run whose source lacks one reports the checker as skipped, with the reason.
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def skip_reason(self, run: Run) -> str | None:
+        """Why this checker cannot run on `run` (what it needs that the input lacks)."""
+        missing = sorted(self.needs & set(run.lacks))
+        return "; ".join(f"{what}: {run.lacks[what]}" for what in missing) or None
 
     def check(self, analysis: Analysis) -> Iterable[Finding]:
         raise NotImplementedError

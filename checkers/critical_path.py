@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 3
@@ -32,14 +33,14 @@ class CriticalPathOps(Checker):
         cp = a.critical_path(step)
         if cp.step_ns == 0 or cp.ops.height == 0:
             return
-        per_op = (cp.ops.group_by("node_name", "op_type")
+        per_op = (cp.ops.group_by("node_name", "op_type", "kernel")
                   .agg(busy_ns=pl.col("busy_ns").sum(), runs=pl.len())
                   .sort(["busy_ns", "node_name"], descending=[True, False]))
         top = per_op.head(TOP)
         share = float(top["busy_ns"].sum()) / cp.step_ns
         if share < MIN_SHARE:
             return
-        names = ", ".join(f"{r['node_name']} ({r['op_type']}, {r['busy_ns'] / 1000:.0f}us)"
+        names = ", ".join(f"{r['node_name']} ({r['kernel']}, {fmt_us(r['busy_ns'] / 1000)})"
                           for r in top.iter_rows(named=True))
         yield self.finding(
             f"{top.height} ops make up {pct(share)} of step {step} on its critical path: "
@@ -47,7 +48,8 @@ class CriticalPathOps(Checker):
             where={"step": step, "op": top["node_name"][0]},
             evidence={"step": step, "path_ops": cp.ops.height,
                       "path_share": round(cp.share, 4), "step_us": cp.step_ns / 1000,
-                      "top": [{"name": r["node_name"], "op_type": r["op_type"],
+                      "top": [{"name": r["node_name"], "kernel": r["kernel"],
+                               "op_type": r["op_type"],
                                "us": r["busy_ns"] / 1000, "runs": r["runs"]}
                               for r in top.iter_rows(named=True)]},
             suggestion="Speed up these ops or take them off the chain; see "

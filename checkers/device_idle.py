@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 from checkers.intervals import gaps, largest_gaps, merged_busy
 
@@ -31,6 +32,7 @@ class DeviceIdle(Checker):
     name = "device-idle"
     title = "Idle gaps on a device"
     severity = Severity.INFO
+    severity_note = f"warning when idle for {IDLE_WARNING:.0%} of the step or more"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         n = a.run.nodes.filter((pl.col("all_start_us") > 0) & (pl.col("lane_kind") == "device")
@@ -62,7 +64,7 @@ class DeviceIdle(Checker):
                                        "lane_kind": r["lane_kind"]})
             yield self.finding(
                 f"{r['device']} has no ops running for {pct(share)} of the step "
-                f"({r['idle_ns'] / r['steps'] / 1000:.0f}us per step)",
+                f"({fmt_us(r['idle_ns'] / r['steps'] / 1000)} per step)",
                 severity=Severity.WARNING if share >= IDLE_WARNING else Severity.INFO,
                 where={"worker": r["worker"], "device": r["device"]},
                 evidence={"idle_share": round(share, 4), "steps": r["steps"],

@@ -6,26 +6,32 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.codepaths import GRADIENT_SUFFIX, code_paths
+from analyzer.model import kernel_label_expr
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 5
-DOMINANT = 0.20  # report when one op type takes at least this share of op time
+DOMINANT = 0.20  # report when one kernel takes at least this share of op time
 
 
 @register
 class ExpensiveOps(Checker):
-    """Where the step's time goes, when an op type dominates (at least 20% of op time):
-    the top op types, name scopes and Python code lines.
+    """Where the step's time goes, when one kernel dominates (at least 20% of op time):
+    one finding naming the top kernel (the op that actually ran, e.g. a fused
+    `_FusedConv2D (Conv2D+BiasAdd+Relu)`), with the top kernels, name scopes and user
+    code lines as its evidence.
 
     Why: optimization starts with the few things that take most of the time. Scopes are
     ranked by total time (everything under them), not by their own time, so a layer's
-    cost shows as one number. How to fix: look at the top entries first; the other
-    checkers say what is wrong with them.
+    cost shows as one number; a code line is the innermost frame of the user's code
+    (not TensorFlow's) and counts its ops' gradients too. How to fix: look at the top
+    entries first; the other checkers say what is wrong with them.
     """
 
     code = "RL101"
     name = "expensive-ops"
-    title = "Most expensive op types, scopes and code lines"
+    title = "Most expensive kernels, scopes and code lines"
     severity = Severity.INFO
 
     def check(self, a: Analysis) -> Iterable[Finding]:
@@ -33,48 +39,49 @@ class ExpensiveOps(Checker):
         total_us = float(nodes["micros"].sum())
         if not total_us:
             return
-        op_types = (nodes.group_by("op_type").agg(pl.col("micros").sum(), nodes=pl.len())
-                    .sort(["micros", "op_type"], descending=[True, False]).head(TOP))
-        top = op_types.row(0, named=True)
+        kernels = (nodes.with_columns(kernel=kernel_label_expr())
+                   .group_by("kernel").agg(pl.col("micros").sum(), nodes=pl.len(),
+                                           op_types=pl.col("op_type").unique().sort())
+                   .sort(["micros", "kernel"], descending=[True, False]).head(TOP))
+        top = kernels.row(0, named=True)
         if top["micros"] < DOMINANT * total_us:
-            return  # time is spread over many op types: nothing stands out
-        yield self.finding(
-            f"{top['op_type']} takes {pct(top['micros'] / total_us)} of op time "
-            f"({top['micros']:.0f}us per step over {top['nodes']} nodes)",
-            where={"op": top["op_type"]},
-            evidence={"op_types": [_row(r, total_us, a, "op_type") for r in op_types.iter_rows(
-                named=True)], "op_time_us_per_step": total_us,
-                "step_time_us": round(a.mean_step_us, 1)},
-            suggestion="Start with the op types at the top; see the other findings for why "
-                       "they are slow.",
-            impact=a.per_step(top["micros"]),
-        )
+            return  # time is spread over many kernels: nothing stands out
         scopes = _top_scopes(nodes)
+        lines = _top_code_lines(a, nodes)
+        also = []
         if scopes.height:
             s = scopes.row(0, named=True)
-            yield self.finding(
-                f"scope {s['scope']} takes {pct(s['micros'] / total_us)} of op time "
-                f"({s['micros']:.0f}us per step, including everything under it)",
-                where={"scope": s["scope"]},
-                evidence={"scopes": [_row(r, total_us, a, "scope")
-                                     for r in scopes.iter_rows(named=True)]},
-                suggestion="Drill down with `analyze scopes RUN --start-name-regexes "
-                           f"'{s['scope']}' --max-depth 4`.",
-                impact=a.per_step(s["micros"]),
-            )
-        lines = _top_code_lines(a)
+            also.append(f"top scope {s['scope']} {pct(s['micros'] / total_us)}")
         if lines:
-            c = lines[0]
-            yield self.finding(
-                f"code {c['name']} creates ops taking {pct(c['micros'] / total_us)} of op "
-                f"time ({c['micros']:.0f}us per step)",
-                where={"code": c["name"]},
-                evidence={"code_lines": [{"code": r["name"], "micros": r["micros"],
-                                          "share_of_op_time": round(r["micros"] / total_us, 4)}
-                                         for r in lines]},
-                suggestion="`analyze code RUN` shows the full call stacks.",
-                impact=a.per_step(c["micros"]),
-            )
+            also.append(f"top code line {lines[0]['code']} {pct(lines[0]['micros'] / total_us)}")
+        graph_types = [t for t in top["op_types"] if t != top["kernel"]]
+        graph_note = f" (graph op type {', '.join(graph_types)})" if graph_types else ""
+        step_us = a.mean_step_us
+        parallel = ""
+        if step_us and total_us > step_us:
+            parallel = (f"; op time per step ({fmt_us(total_us)}) exceeds the step "
+                        f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
+                        "step add up to more than 100%")
+        evidence = {
+            "kernels": [{**_row(r, total_us, a, "kernel"), "op_types": r["op_types"]}
+                        for r in kernels.iter_rows(named=True)],
+            "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
+            "code_lines": [_row(r, total_us, a, "code") for r in lines],
+            "op_time_us_per_step": total_us,
+            "step_time_us": round(step_us, 1),
+        }
+        yield self.finding(
+            f"{top['kernel']}{graph_note} takes {pct(top['micros'] / total_us)} of op time "
+            f"({fmt_us(top['micros'])} per step over {top['nodes']} nodes)"
+            + (f"; {', '.join(also)}" if also else "") + parallel,
+            where={"op": top["kernel"], "scope": scopes["scope"][0] if scopes.height else None,
+                   "code": lines[0]["code"] if lines else None},
+            evidence={k: v for k, v in evidence.items() if v != []},
+            suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
+                       "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
+                       "the other findings say why they are slow.",
+            impact=a.per_step(top["micros"]),
+        )
 
 
 def _row(r: dict, total_us: float, a: Analysis, key: str) -> dict:
@@ -94,26 +101,19 @@ def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:
     return both.sort(["micros", "scope"], descending=[True, False]).head(TOP)
 
 
-LIBRARY_PATH = r"(site-packages|dist-packages|/lib/python3[^/]*/|<frozen |<string>)"
-
-
-def _top_code_lines(a: Analysis) -> list[dict]:
-    """The user's code lines whose ops cost most: for each op, the innermost frame of its
-    trace outside libraries (TensorFlow, the standard library), as file:line:function."""
-    code = a.run.code
-    if code.height == 0:
+def _top_code_lines(a: Analysis, nodes: pl.DataFrame) -> list[dict]:
+    """The user's code lines whose ops cost most: the innermost frame of each op's code
+    path without library frames, as the code view shows it; a gradient op counts toward
+    the forward op's line (analyzer.codepaths)."""
+    if a.run.code.height == 0:
         return []
-    user = (
-        code.filter(~pl.col("file").str.contains(LIBRARY_PATH))
-        .sort("depth")
-        .group_by("worker", "name")
-        .agg(pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(),
-                       pl.col("lineno"), pl.col("function")).last().alias("line"))
-    )
+    paths = code_paths(a.run).filter(pl.col("user_path").list.len() > 0).select(
+        "worker", "name",
+        code=pl.col("user_path").list.last().str.strip_suffix(GRADIENT_SUFFIX))
     per_line = (
-        a.nodes.join(user, on=["worker", "name"])
-        .group_by("line").agg(pl.col("micros").sum())
+        nodes.join(paths, on=["worker", "name"])
+        .group_by("code").agg(pl.col("micros").sum())
         .filter(pl.col("micros") > 0)
-        .sort(["micros", "line"], descending=[True, False]).head(TOP)
+        .sort(["micros", "code"], descending=[True, False]).head(TOP)
     )
-    return [{"name": r["line"], "micros": r["micros"]} for r in per_line.iter_rows(named=True)]
+    return per_line.to_dicts()

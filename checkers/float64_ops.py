@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
 CPU_WARNING_SHARE = 0.20
@@ -26,7 +27,10 @@ class Float64Ops(Checker):
     code = "RL113"
     name = "float64-ops"
     title = "Double-precision ops"
+    needs = frozenset({"outputs"})
     severity = Severity.WARNING
+    severity_note = (f"info on a CPU when float64 ops take less than {CPU_WARNING_SHARE:.0%} "
+                     "of op time")
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         run = a.run
@@ -60,10 +64,10 @@ class Float64Ops(Checker):
             top = group.sort(["micros", "name"], descending=[True, False]).head(8)
             yield self.finding(
                 f"{group.height} float64 ops on {dev} take {pct(share)} of op time "
-                f"({us:.0f}us per step)",
+                f"({fmt_us(us)} per step)",
                 severity=severity,
-                where={"device": dev, "op": top["op_type"][0]},
-                evidence={"ops": top.select("name", "op_type", "micros").to_dicts(),
+                where={"device": dev, "op": top["kernel"][0]},
+                evidence={"ops": top.select("name", "kernel", "micros").to_dicts(),
                           "share_of_op_time": round(share, 4)},
                 suggestion="Use float32: cast inputs with tf.cast(x, tf.float32) and create "
                            "variables and placeholders as tf.float32.",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from analyzer.render.units import fmt_bytes
+from analyzer.render.units import fmt_bytes, fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"
@@ -31,17 +31,18 @@ class HostDeviceCopies(Checker):
     name = "host-device-copies"
     title = "Host-device copies"
     severity = Severity.WARNING
+    severity_note = f"info when copies take less than {WARNING_SHARE:.0%} of the step"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         n = a.run.nodes.filter(pl.col("all_start_us") > 0)
-        is_copy = (pl.col("lane_kind") == "memcpy") | pl.col("op_type").str.contains(COPY_OPS) \
+        is_copy = (pl.col("lane_kind") == "memcpy") | pl.col("kernel").str.contains(COPY_OPS) \
             | pl.col("timeline_label").str.contains(r"(?i)MEMCPY(HtoD|DtoH|DtoD)")
         copies = n.filter(is_copy).with_columns(
             kind=pl.coalesce(
                 pl.col("timeline_label").str.extract(r"(?i)(MEMCPY(?:HtoD|DtoH|DtoD|PtoP))", 1),
-                pl.col("op_type").str.extract(r"(?i)((?:Host)?(?:Send|Recv))", 1),
+                pl.col("kernel").str.extract(r"(?i)((?:Host)?(?:Send|Recv))", 1),
                 pl.when(pl.col("lane_kind") == "memcpy").then(pl.lit("MEMCPY")),
-                pl.col("op_type")).str.to_uppercase())
+                pl.col("kernel")).str.to_uppercase())
         if copies.height == 0:
             return
         out_bytes = (
@@ -62,9 +63,9 @@ class HostDeviceCopies(Checker):
         if share < INFO_SHARE:
             return
         total_bytes = float(per_kind["bytes"].sum())
-        kinds = ", ".join(f"{r['kind']} {r['us']:.0f}us" for r in per_kind.iter_rows(named=True))
+        kinds = ", ".join(f"{r['kind']} {fmt_us(r['us'])}" for r in per_kind.iter_rows(named=True))
         yield self.finding(
-            f"copies and transfers take {us:.0f}us per step ({pct(share)} of a median step): "
+            f"copies and transfers take {fmt_us(us)} per step ({pct(share)} of a median step): "
             f"{kinds}" + (f"; {fmt_bytes(total_bytes)} per step" if total_bytes else ""),
             severity=Severity.WARNING if share >= WARNING_SHARE else Severity.INFO,
             where={"op": per_kind["kind"][0]},

@@ -29,14 +29,16 @@ class InputBound(Checker):
     model will not make training faster. XProf's bands: at least 20% of the step is
     "highly input-bound", at least 5% is worth a look. A model fed by placeholders
     (feed_dict) is not input-bound by this measure. How to fix: in tf.data, add
-    `.prefetch(tf.data.AUTOTUNE)`, use `num_parallel_calls=tf.data.AUTOTUNE` in `map`,
-    cache decoded data, move Python (py_function) work out of the pipeline.
+    `.prefetch(tf.data.AUTOTUNE)`, use `num_parallel_calls=tf.data.AUTOTUNE` in `map`
+    (`tf.data.experimental.AUTOTUNE` before TF 2.4), cache decoded data, move Python
+    (tf.py_function) work out of the pipeline.
     """
 
     code = "RL105"
     name = "input-bound"
     title = "Input-bound steps"
     severity = Severity.WARNING
+    severity_note = f"info when input takes less than {WARNING_SHARE:.0%} of the step"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         rows: list[dict[str, Any]] = []
@@ -44,7 +46,7 @@ class InputBound(Checker):
             cp = a.critical_path(step)
             if cp.step_ns == 0:
                 continue
-            waiting = cp.ops.filter(pl.col("op_type").is_in(INPUT_OPS))
+            waiting = cp.ops.filter(pl.col("kernel").is_in(INPUT_OPS))
             rows.append({"step": step, "input_ns": int(waiting["busy_ns"].sum()),
                          "step_ns": cp.step_ns,
                          "ops": sorted(set(waiting["node_name"].to_list()))})
@@ -67,7 +69,8 @@ class InputBound(Checker):
                       "per_step": [{"step": r["step"], "input_us": r["input_ns"] / 1000,
                                     "step_us": r["step_ns"] / 1000} for r in rows]},
             suggestion="Overlap input with compute: dataset.prefetch(tf.data.AUTOTUNE); "
-                       "parallelize map with num_parallel_calls=tf.data.AUTOTUNE; cache "
-                       "or pre-process data offline; avoid py_function in the pipeline.",
+                       "parallelize map with num_parallel_calls=tf.data.AUTOTUNE "
+                       "(tf.data.experimental.AUTOTUNE before TF 2.4); cache or pre-process "
+                       "data offline; avoid tf.py_function in the pipeline.",
             impact=share,
         )

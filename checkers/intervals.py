@@ -12,9 +12,10 @@ def merged_busy(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return (
         s.with_columns(new=(pl.col("start_ns") > prev_end).fill_null(True))
         .with_columns(block=pl.col("new").cast(pl.Int64).cum_sum().over(by))
-        .group_by([*by, "block"])
+        # Blocks come out in the sorted input's order: no second sort (by string columns,
+        # 4 of the 8 s of RL107 on a million executions).
+        .group_by([*by, "block"], maintain_order=True)
         .agg(start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max())
-        .sort([*by, "start_ns"])
     )
 
 

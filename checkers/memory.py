@@ -26,6 +26,7 @@ class MemoryPeak(Checker):
     code = "RL110"
     name = "memory-peak"
     title = "Peak memory"
+    needs = frozenset({"memory"})
     severity = Severity.INFO
 
     def check(self, a: Analysis) -> Iterable[Finding]:
@@ -42,7 +43,7 @@ class MemoryPeak(Checker):
                        descending=[True, False, False, False]))
         temps = (a.nodes.filter(pl.col("peak_bytes") > 0)
                  .sort(["peak_bytes", "name"], descending=[True, False]).head(5)
-                 .select("name", "op_type", "peak_bytes", "requested_bytes"))
+                 .select("name", "kernel", "peak_bytes", "requested_bytes"))
         top = peaks.row(0, named=True)
         yield self.finding(
             f"peak memory {fmt_bytes(top['peak'])} in allocator {top['allocator_name']} on "
@@ -71,6 +72,7 @@ class MemoryGrowth(Checker):
     code = "RL111"
     name = "memory-growth"
     title = "Memory growing across steps"
+    needs = frozenset({"memory"})
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:

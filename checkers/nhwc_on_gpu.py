@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 LAYOUT_OPS = r"^(Conv2D|Conv2DBackprop(Input|Filter)|Conv3D.*|DepthwiseConv2dNative.*|MaxPool.*" \
@@ -28,6 +29,7 @@ class NhwcOnGpu(Checker):
     code = "RL104"
     name = "nhwc-on-gpu"
     title = "NHWC convolutions on GPU"
+    needs = frozenset({"graph"})
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:
@@ -35,7 +37,7 @@ class NhwcOnGpu(Checker):
         formats = a.run.graph_nodes.filter(pl.col("data_format").is_not_null()).select(
             "worker", "name", "data_format").unique(subset=["worker", "name"])
         nhwc = (
-            a.nodes.filter(on_gpu.fill_null(False) & pl.col("op_type").str.contains(LAYOUT_OPS))
+            a.nodes.filter(on_gpu.fill_null(False) & pl.col("kernel").str.contains(LAYOUT_OPS))
             .join(formats, on=["worker", "name"])
             .filter(pl.col("data_format").str.starts_with("NHWC")
                     | pl.col("data_format").str.starts_with("NDHWC"))
@@ -44,10 +46,10 @@ class NhwcOnGpu(Checker):
             us = float(nhwc["micros"].sum())
             yield self.finding(
                 f"{nhwc.height} convolution/pooling ops run on GPU in NHWC layout "
-                f"({us:.0f}us per step, {pct(a.per_step(us))} of the step)",
-                where={"device": nhwc["device"][0], "op": nhwc["op_type"][0]},
+                f"({fmt_us(us)} per step, {pct(a.per_step(us))} of the step)",
+                where={"device": nhwc["device"][0], "op": nhwc["kernel"][0]},
                 evidence={"ops": nhwc.sort(["micros", "name"], descending=[True, False])
-                          .head(10).select("name", "op_type", "data_format", "micros")
+                          .head(10).select("name", "kernel", "data_format", "micros")
                           .to_dicts()},
                 suggestion='Use data_format="NCHW" (channels_first) for GPU convolutions.',
                 impact=a.per_step(us),
@@ -62,7 +64,7 @@ class NhwcOnGpu(Checker):
             names = transposes["node_name"].unique().sort()
             yield self.finding(
                 f"TensorFlow's layout optimizer transposes NHWC activations to NCHW and back "
-                f"around GPU convolutions: {names.len()} transpose ops, {us:.0f}us per step "
+                f"around GPU convolutions: {names.len()} transpose ops, {fmt_us(us)} per step "
                 f"({pct(a.per_step(us))} of the step)",
                 where={"device": transposes["device"][0]},
                 evidence={"transposes": names.head(10).to_list(), "micros_per_step": us},

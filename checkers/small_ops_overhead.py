@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 TINY_US = 10.0  # an op this short is mostly scheduling overhead
@@ -22,7 +23,8 @@ class SmallOpsOverhead(Checker):
     whatever its size; a step made of thousands of tiny ops is bound by that overhead,
     not by math. Typical sources: Python-level loops unrolled into the graph, while
     loops over small tensors, element-wise chains. How to fix: let XLA fuse them
-    (`tf.function(jit_compile=True)` or `TF_XLA_FLAGS=--tf_xla_auto_jit=2`), vectorize
+    (TF2: `tf.function(jit_compile=True)`; TF1 graphs: `tf.config.optimizer.set_jit(True)`
+    or `TF_XLA_FLAGS=--tf_xla_auto_jit=2`), vectorize
     loops (tf.vectorized_map, batch matmuls), or use fused ops (e.g. cuDNN RNNs).
     """
 
@@ -30,6 +32,7 @@ class SmallOpsOverhead(Checker):
     name = "small-ops-overhead"
     title = "Many tiny ops"
     severity = Severity.INFO
+    severity_note = f"warning when tiny ops take {WARNING_SHARE:.0%} of the step or more"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         execs = a.run.nodes.filter(pl.col("lane_kind").is_in(["device", "other"])
@@ -49,18 +52,20 @@ class SmallOpsOverhead(Checker):
         share = a.per_step(tiny_us)
         if median >= TINY_US:
             return
-        top = (execs.filter(us < TINY_US).group_by("op_type").agg(n=pl.len())
-               .sort(["n", "op_type"], descending=[True, False]).head(5))
+        top = (execs.filter(us < TINY_US).group_by("kernel").agg(n=pl.len())
+               .sort(["n", "kernel"], descending=[True, False]).head(5))
         yield self.finding(
-            f"{n:.0f} op executions per step with a median of {median:.1f}us; {tiny:.0f} of "
-            f"them are under {TINY_US:.0f}us ({pct(share)} of the step in ops that are mostly "
-            "overhead)",
+            f"{n:.0f} op executions per step with a median of {fmt_us(round(median, 1))}; "
+            f"{tiny:.0f} of them are under {TINY_US:.0f}us ({pct(share)} of the step in ops "
+            "that are mostly overhead)",
             severity=Severity.WARNING if share >= WARNING_SHARE else Severity.INFO,
             evidence={"executions_per_step": round(n, 1), "tiny_per_step": round(tiny, 1),
                       "median_op_us": round(median, 2), "tiny_us_per_step": round(tiny_us, 1),
-                      "tiny_op_types": {r["op_type"]: round(r["n"] / per_step.height, 1)
+                      "tiny_kernels": {r["kernel"]: round(r["n"] / per_step.height, 1)
                                         for r in top.iter_rows(named=True)}},
-            suggestion="Fuse them: tf.function(jit_compile=True) or XLA auto-jit; vectorize "
-                       "loops (tf.vectorized_map, batched matmuls); prefer fused ops.",
+            suggestion="Fuse them with XLA: tf.function(jit_compile=True) in TF2, "
+                       "tf.config.optimizer.set_jit(True) or TF_XLA_FLAGS=--tf_xla_auto_jit=2 "
+                       "for TF1 graphs; vectorize loops (tf.vectorized_map, batched "
+                       "matmuls); prefer fused ops.",
             impact=share,
         )

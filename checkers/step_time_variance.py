@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 Z_OUTLIER = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
@@ -39,6 +40,7 @@ class StepTimeVariance(Checker):
     name = "step-time-variance"
     title = "Straggler steps and unstable step times"
     severity = Severity.WARNING
+    severity_note = f"info when stragglers cost less than {WARNING_LOST:.0%} of the run's time"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         times = a.step_times.with_columns(us=pl.col("duration_ns") / 1000.0)
@@ -56,8 +58,8 @@ class StepTimeVariance(Checker):
                 lost_share = lost / total if total else 0.0
                 yield self.finding(
                     f"{slow.height} straggler step(s) on {worker}: step "
-                    f"{slow['step'][0]} took {slow['us'][0]:.0f}us, "
-                    f"{slow['us'][0] / median:.1f}x the median {median:.0f}us "
+                    f"{slow['step'][0]} took {fmt_us(slow['us'][0])}, "
+                    f"{slow['us'][0] / median:.1f}x the median {fmt_us(median)} "
                     f"({pct(lost_share)} of the run's time lost)",
                     severity=Severity.WARNING if lost_share >= WARNING_LOST else Severity.INFO,
                     where={"worker": worker, "step": int(slow["step"][0])},
@@ -92,8 +94,8 @@ class StepTimeVariance(Checker):
         overall = num(per_worker["median_us"].median())
         for r in slow.iter_rows(named=True):
             yield self.finding(
-                f"straggler worker {r['worker']}: median step {r['median_us']:.0f}us vs "
-                f"{overall:.0f}us across workers",
+                f"straggler worker {r['worker']}: median step {fmt_us(r['median_us'])} vs "
+                f"{fmt_us(overall)} across workers",
                 where={"worker": r["worker"]},
                 evidence={"workers": per_worker.to_dicts()},
                 suggestion="Check that worker's host: CPU contention, input pipeline, "

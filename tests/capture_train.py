@@ -1,7 +1,7 @@
 """A small training program driven by the capture tests in a subprocess.
 
 usage: python tests/capture_train.py OUT_DIR --steps N --save-steps K [--forever]
-                                     [--fsize-limit BYTES] [--user nobody]
+                                     [--fsize-limit BYTES] [--tf-logs]
 Prints "TRAINED <steps>" when training finished.
 """
 
@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--forever", action="store_true")
     ap.add_argument("--fsize-limit", type=int, default=0)
     ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--tf-logs", action="store_true", help="CaptureHook(quiet_tf_logs=False)")
     args = ap.parse_args()
     if args.fsize_limit:
         # A real "disk full": writes past the limit fail with EFBIG (Python ignores SIGXFSZ).
@@ -45,7 +46,8 @@ def main() -> None:
         loss = tf.reduce_mean(h**2)
         step = tf.compat.v1.train.get_or_create_global_step()
         train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
-        hook = CaptureHook(save_steps=args.save_steps, output_dir=args.out)
+        hook = CaptureHook(save_steps=args.save_steps, output_dir=args.out,
+                           quiet_tf_logs=not args.tf_logs)
         done = 0
         with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
             while args.forever or done < args.steps:

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
-CASES = ["cnn", "input_bound", "gpu_mnist", "rnn_while"]
+CASES = ["cnn", "fused_cnn", "input_bound", "gpu_mnist", "rnn_while"]
 UPDATE = bool(os.environ.get("RUNLENS_UPDATE_GOLDEN"))
 
 

@@ -181,6 +181,40 @@ def test_hook_failure_inside_a_session_is_one_warning(tmp_path, caplog):
     assert len(warnings) == 1 and "capturing is off" in warnings[0].getMessage()
 
 
+def _train_without_a_working_global_step(hooks, steps, create_step):
+    """A model whose optimizer never increments the global step (`create_step`: it
+    exists but stands still; else there is none)."""
+    with tf.Graph().as_default():
+        if create_step:
+            tf.compat.v1.train.get_or_create_global_step()
+        x = tf.random.normal([8, 4])
+        w = tf.compat.v1.get_variable("w", [4, 2])
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(tf.matmul(x, w)))
+        creator = tf.compat.v1.train.ChiefSessionCreator()
+        with tf.compat.v1.train.MonitoredSession(creator, hooks=hooks) as sess:
+            for _ in range(steps):
+                sess.run(train)
+
+
+@pytest.mark.parametrize("create_step, says", [
+    (False, "has no global step"), (True, "did not advance"),
+])
+def test_a_missing_or_stuck_global_step_warns_once_and_traces_every_nth_run(
+        tmp_path, caplog, create_step, says):
+    """Before: no global step captured nothing after one warning; a stuck one traced one
+    step of many (each trace overwrote step 0) without a word. Now: one warning naming
+    the fix, and traces named by the hook's run count, every save_steps runs as usual."""
+    hook = CaptureHook(save_steps=2, output_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="runlens.capture"):
+        _train_without_a_working_global_step([hook], steps=7, create_step=create_step)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "runlens.capture"]
+    assert len(warnings) == 1 and says in warnings[0], warnings
+    assert "global_step=" in warnings[0] and "get_or_create_global_step" in warnings[0] \
+        or "assign_add" in warnings[0]
+    assert _captured_steps(tmp_path) == [2, 4, 6]
+
+
 # ----------------------------------------------------------------------------- subprocesses
 
 
@@ -319,3 +353,17 @@ def test_steps_do_not_race_with_the_increment_when_the_model_ignores_the_step_re
                 for _ in range(11):
                     sess.run(train)
         assert _captured_steps(run_dir) == [3, 6, 9]
+
+
+@pytest.mark.parametrize("tf_logs", [False, True])
+def test_tensorflow_per_step_log_lines_are_quieted_while_tracing_on_cpu(tmp_path, tf_logs):
+    """TensorFlow logs "Profiler session ..." and "GPU trace was not collected." for every
+    traced step on CPU; with the hook's default they are gone (and come back with
+    quiet_tf_logs=False, which shows the test sees them)."""
+    env = dict(_ENV, TF_CPP_MIN_LOG_LEVEL="0")
+    cmd = _train_cmd(tmp_path / "run", "--steps", "4", *(["--tf-logs"] if tf_logs else []))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0 and "TRAINED 4" in proc.stdout, proc.stderr[-2000:]
+    assert _captured_steps(tmp_path / "run") == [2, 3, 4]
+    noise = proc.stderr.count("GPU trace was not collected")
+    assert noise == (3 if tf_logs else 0), proc.stderr[-2000:]

@@ -1,5 +1,7 @@
 """analyze compare / baseline save on real captures (fixtures/compare: two separate
-captures of one config, and one with dense2 made 4x wider)."""
+captures of a small MLP and one with dense2 made 4x wider, 20 steps each; and a 6-block
+transformer with 10 traced steps a side: two same-config captures minutes apart and one
+with block3's MLP 8x wider)."""
 
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def test_a_slower_layer_is_a_regression_named_first(samples):
     cli = run_cli(["compare", COMPARE / "base_a", COMPARE / "slow_dense2", "--no-cache"],
                   expect_exit=1).output
     lines = [ln for ln in cli.splitlines() if ln.startswith("  scope")]
-    assert "dense2" in lines[0].split()[1].split("/")
+    assert "dense2" in lines[0].split()[1].rstrip(":").split("/")
 
 
 def test_machine_wide_noise_is_neither_hidden_nor_reported(samples):
@@ -86,12 +88,25 @@ def test_machine_wide_noise_is_neither_hidden_nor_reported(samples):
     assert raw.regressions.height > 0
 
 
-def test_too_few_steps_fall_back_to_the_threshold_with_a_warning(samples):
-    few = _subset(samples["slow_dense2"], lambda k: k < 3)
+def test_too_few_steps_fall_back_to_the_floors_with_a_warning(samples):
+    few = _subset(samples["slow_dense2"], lambda k: k < 2)
     result = compare(samples["base_a"], few)
-    assert result.method == "threshold only"
-    assert any("fewer than 5 steps" in w for w in result.warnings)
-    assert result.regressions.height > 0  # a 4x layer passes any threshold
+    assert result.method.startswith("no test")
+    assert any("fewer than 3 steps" in w for w in result.warnings)
+    assert result.regressions.height > 0  # a 4x layer passes any floor
+
+
+def test_samples_too_small_for_the_family_say_so_and_need_complete_separation(samples):
+    # 4 vs 4 steps: the smallest exact p (1/70) cannot pass BH over the family; the
+    # report says so, names the smallest p, and still calls the 4x layer (every new
+    # step slower than every base step, and far above the floor).
+    base = _subset(samples["base_a"], lambda k: 4 <= k < 8)
+    new = _subset(samples["slow_dense2"], lambda k: 4 <= k < 8)
+    result = compare(base, new)
+    assert "complete separation" in result.method
+    assert any("smallest exact p is 0.014" in w for w in result.warnings)
+    names = result.regressions.filter(pl.col("kind") == "scope")["name"].to_list()
+    assert names and "dense2" in names[0].split("/")
 
 
 def test_baseline_file_compares_like_the_run(samples, tmp_path):
@@ -111,11 +126,11 @@ def test_baseline_file_compares_like_the_run(samples, tmp_path):
 
 def test_report_formats(tmp_path):
     args = ["compare", COMPARE / "base_a", COMPARE / "slow_dense2", "--no-cache"]
-    doc = json.loads(run_cli([*args, "--format", "json"], expect_exit=1).output)
-    assert doc["schema"] == 1 and doc["regressions"] > 0 and doc["method"].startswith("Mann")
+    doc = json.loads(run_cli([*args, "--format", "json"], expect_exit=1).stdout)
+    assert doc["schema"] == 2 and doc["regressions"] > 0 and doc["method"].startswith("exact")
     assert {"kind", "name", "verdict", "base_median_us", "new_median_us", "change_pct",
-            "p_value"} <= set(doc["metrics"][0])
-    md = run_cli([*args, "--format", "markdown"], expect_exit=1).output
+            "effect_pct", "effect_ci95_pct", "p_value", "p_adjustment"} <= set(doc["metrics"][0])
+    md = run_cli([*args, "--format", "markdown"], expect_exit=1).stdout
     assert md.startswith("### runlens: ❌ regression") and "| 🔺 |" in md
     out = tmp_path / "junit.xml"
     run_cli([*args, "--format", "junit", "-o", out], expect_exit=1)
@@ -129,7 +144,7 @@ def test_report_formats(tmp_path):
     ("{not json", "not a readable baseline"),
     ('{"format": "something else"}', "not a runlens baseline"),
     ('{"format": "runlens-baseline", "schema": 1, "samples": ["w/1"], "metrics": [{}]}',
-     "malformed baseline"),
+     "invalid baseline: metrics[0].kind"),
 ])
 def test_bad_baseline_files_exit_2(tmp_path, content, message):
     bad = tmp_path / "baseline.json"

@@ -316,12 +316,13 @@ for i in range(int(sys.argv[2])):
 """
 _WRITER = """
 import sys
-from analyzer import cache
+from pathlib import Path
+from analyzer import cache, sources
 from analyzer.load import _fresh_frames
-from analyzer.rundir import find_runs
-run = find_runs(sys.argv[1])[0]
+source = sources.detect(sys.argv[1])
+part = source.parts(Path(sys.argv[1]), sources.Selection())[0]
 for i in range(int(sys.argv[2])):
-    _fresh_frames(run, 1, None, cache.fingerprint(run))  # writes a new cache beside
+    _fresh_frames(source, part, 1, None, cache.fingerprint(part))  # a new cache beside
     cache.wait()
 """
 
@@ -342,10 +343,12 @@ def test_readers_never_fail_while_writers_replace_the_cache(run_copy):
         assert p.returncode == 0, err
         assert "warning" not in err, err
     # Folders a reader held when a writer cleaned up are removed by the next writer.
+    from analyzer import sources
     from analyzer.load import _fresh_frames
 
-    run = find_runs(run_dir)[0]
-    _fresh_frames(run, 1, None, cache.fingerprint(run))
+    source = sources.detect(run_dir)
+    part = source.parts(run_dir, sources.Selection())[0]
+    _fresh_frames(source, part, 1, None, cache.fingerprint(part))
     cache.wait()
     loc = run_dir / ".runlens" / f"cache-v{cache.CACHE_VERSION}"
     assert len([p for p in loc.iterdir() if p.name.startswith("data-")]) == 1

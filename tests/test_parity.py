@@ -14,7 +14,7 @@ import pytest
 from analyzer.load import load_run
 from analyzer.model import Run
 from analyzer.nodestats import node_stats
-from analyzer.views import ViewOptions, code_view, op_view, scope_view
+from analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from tests.conftest import FIXTURES
 
 pytest.importorskip("tensorflow")
@@ -57,7 +57,11 @@ def _without_source(run: Run) -> Run:
 
 
 def _opts(kw: dict) -> ViewOptions:
-    return ViewOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
+    """tfprof's options as ViewOptions that reproduce tfprof's rows: nodes grouped and
+    accounted by graph op type (not the kernel that ran), all-zero rows shown, max_depth
+    counted from tfprof's hidden root, library code frames shown."""
+    return ViewOptions.tfprof(**{k: tuple(v) if isinstance(v, list) else v
+                                 for k, v in kw.items()})
 
 
 def _flatten_scope(node, rows, depth=0):
@@ -191,7 +195,7 @@ def test_gpu_lanes_equal_tfprof(name):
 def test_source_node_is_kept_tfprof_drops_it():
     run_dir = FIXTURES / "mlp"
     run = load_run(run_dir, use_cache=False)
-    ours = op_view(run, ViewOptions()).rows.filter(pl.col("name") == "NoOp")
+    ours = op_view(run, ViewOptions.tfprof()).rows.filter(pl.col("name") == "NoOp")
     theirs = _tfprof_op_rows(run_dir, run, {}).filter(pl.col("name") == "NoOp")
     source = node_stats(run).filter(pl.col("name") == "_SOURCE")
     assert source.height == 1 and source["occurrence"][0] == 1
@@ -209,7 +213,7 @@ def test_runtime_only_nodes_are_typed_from_partition_graphs_not_their_name():
         tfprof_types.add(n.name)
     # tfprof: every fed placeholder and fetched tensor is an "op type" of its own.
     assert {"_arg_inputs/x_0_0", "_arg_inputs/y_0_1"} <= tfprof_types
-    ours = set(op_view(run, ViewOptions()).rows["name"].to_list())
+    ours = set(op_view(run, ViewOptions.tfprof()).rows["name"].to_list())
     assert {"_Arg", "_Retval"} <= ours and not any(t.startswith("_arg_") for t in ours)
 
 
@@ -257,3 +261,32 @@ def test_scope_totals_do_not_include_unaccounted_parents():
     assert handles.height == 3
     assert theirs["dense1/weights"]["t_params"] == handles["params"].sum() > 0
     assert ours["params"][0] == 0  # ReadVariableOps have no params
+
+
+def test_fused_kernel_vs_tfprof_op_type():
+    """A real fused capture (fixtures/runs/fused_cnn, TF 2.21 CPU): Grappler ran each
+    Conv2D+BiasAdd+Relu as one _MklNativeFusedConv2D named after the Relu node. tfprof
+    types nodes from graph.pb, so it reports the convolutions' time as `Relu` and has no
+    forward Conv2D time; our default (op_types "kernel") shows the kernel that ran, with
+    the ops it fused. Same nodes, same microseconds, another name (docs/views.md)."""
+    run_dir = FIXTURES / "fused_cnn"
+    run = _without_source(load_run(run_dir, use_cache=False))
+    theirs = _tfprof_op_rows(run_dir, run, {})
+    tfprof_relu = theirs.filter(pl.col("name") == "Relu")
+    tfprof_conv = theirs.filter(pl.col("name") == "Conv2D")
+    ours = op_view(run, ViewOptions()).rows
+    fused = ours.filter(pl.col("name") == "_FusedConv2D (Conv2D+BiasAdd+Relu)")
+    print(f"tfprof: Relu {tfprof_relu['t_micros'][0]}us, Conv2D "
+          f"{tfprof_conv['t_micros'].sum()}us; runlens: {fused['name'][0]} "
+          f"{fused['micros'][0]}us over graph op types {fused['op_types'][0].to_list()}")
+    assert fused["micros"][0] == tfprof_relu["t_micros"][0] > 0
+    assert fused["op_types"][0].to_list() == ["Relu"]
+    assert tfprof_conv["t_micros"].sum() == 0  # tfprof: the forward Conv2D took no time
+    assert "Relu" not in ours["name"].to_list()
+    # tfprof's grouping stays available, and gives tfprof's row.
+    graph_rows = op_view(run, ViewOptions(op_types="graph")).rows
+    assert graph_rows.filter(pl.col("name") == "Relu")["micros"][0] == fused["micros"][0]
+    # The graph view keeps the node's graph op type next to its kernel.
+    node = graph_view(run, ViewOptions()).rows.filter(pl.col("name") == "conv1/Relu")
+    assert node.select("op_type", "kernel", "fused_ops").row(0) == (
+        "Relu", "_FusedConv2D", "Conv2D+BiasAdd+Relu")

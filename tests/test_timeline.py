@@ -24,6 +24,7 @@ from analyzer.load import load_run
 from analyzer.model import Run
 from analyzer.render import chrome_trace
 from analyzer.render.chrome_trace import export
+from analyzer.sources import Selection
 from analyzer.timeline import TimelineOptions, build_trace, parse_step_range
 from analyzer.timeline_lanes import sublanes
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
@@ -397,7 +398,8 @@ def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
                     ignore=shutil.ignore_patterns(".runlens"))
     shutil.copytree(FIXTURES / "cnn", tmp_path / "multi" / "cnn",
                     ignore=shutil.ignore_patterns(".runlens"))
-    run = load_run(tmp_path / "multi", use_cache=False)
+    # two jobs: forced
+    run = load_run(tmp_path / "multi", use_cache=False, chosen=Selection(workers=True))
     assert run.workers == ["a_gpu", "cnn"] and not run.outputs.filter(
         pl.col("worker") == "a_gpu").height
     export(run, tmp_path / "m.json", TimelineOptions(tuple(run.steps)))

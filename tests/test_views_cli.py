@@ -9,6 +9,7 @@ import json
 import polars as pl
 import pytest
 
+from analyzer.errors import RunlensError
 from analyzer.load import load_run
 from analyzer.nodestats import node_stats
 from analyzer.render.views import RENDERERS
@@ -28,7 +29,8 @@ def _walk(rows):
 
 @pytest.mark.parametrize("view", ["ops", "scopes", "graph", "code"])
 def test_json_rows_have_every_field_and_every_row(fixture_dir, view):
-    doc = json.loads(run_cli([view, fixture_dir, "--format", "json", "--no-cache"]).output)
+    doc = json.loads(run_cli([view, fixture_dir, "--format", "json", "--no-cache",
+                              "--zero-rows"]).output)
     assert doc["schema"] == 1 and doc["view"] == view
     rows = list(_walk(doc["rows"]))
     has_code = (fixture_dir / "op_log.pb").is_file()
@@ -40,8 +42,9 @@ def test_json_rows_have_every_field_and_every_row(fixture_dir, view):
         if view in ("scopes", "code"):
             assert "children" in r and "self" in r
     stats = node_stats(load_run(fixture_dir, use_cache=False))
-    if view == "ops":  # with no threshold flags, every op type is a row
-        assert {r["name"] for r in rows} == set(stats["op_type"].to_list())
+    if view == "ops":  # with no threshold flags, every kernel is a row
+        assert {r["kernels"][0] for r in rows} == set(stats["kernel"].to_list())
+        assert {t for r in rows for t in r["op_types"]} == set(stats["op_type"].to_list())
         assert sum(r["micros"] for r in rows) == doc["total"]["micros"] == stats["micros"].sum()
     if view == "graph":
         assert len(rows) == stats["name"].n_unique()
@@ -56,7 +59,9 @@ def test_csv_and_text(fixture_dir):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rows and {"name", "depth", "parent", "micros", "self_micros"} <= set(rows[0])
     text = run_cli(["ops", fixture_dir, "--no-cache", "--select", "micros,params"]).output
-    assert text.splitlines()[0].startswith("op type") and "total (average over steps)" in text
+    assert text.splitlines()[0].startswith("kernel") and "total (average over steps)" in text
+    text = run_cli(["ops", fixture_dir, "--no-cache", "--tfprof"]).output
+    assert text.splitlines()[0].startswith("op type")
 
 
 def test_thresholds_and_regexes_filter_rows():
@@ -64,7 +69,7 @@ def test_thresholds_and_regexes_filter_rows():
     doc = json.loads(run_cli(["ops", run_dir, "--format", "json", "--min-micros", "50",
                               "--no-cache"]).output)
     assert doc["rows"] and all(r["micros"] >= 50 for r in doc["rows"])
-    doc = json.loads(run_cli(["scopes", run_dir, "--format", "json", "--max-depth", "2",
+    doc = json.loads(run_cli(["scopes", run_dir, "--format", "json", "--max-depth", "1",
                               "--show-name-regexes", "conv.*", "--no-cache"]).output)
     assert {r["name"] for r in doc["rows"]} == {"conv1", "conv2"}
     assert all(r["children"] == [] for r in doc["rows"])
@@ -99,8 +104,12 @@ def test_renderers_handle_an_empty_view():
         view = view_fn(run, nothing)
         assert view.rows.height == 0
         for fmt, render in RENDERERS.items():
+            if fmt in ("speedscope", "pprof") and kind not in ("scopes", "code"):
+                with pytest.raises(RunlensError, match="draws a tree"):
+                    render(view)  # flame graphs are of tree views only
+                continue
             out = render(view)
-            assert isinstance(out, str) and out, (kind, fmt)
+            assert isinstance(out, bytes if fmt == "pprof" else str) and out, (kind, fmt)
 
 
 def test_critical_path_of_the_input_bound_run_goes_through_the_iterator():

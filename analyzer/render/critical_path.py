@@ -13,11 +13,11 @@ def critical_path_text(cp: CriticalPath) -> str:
         f"critical path of step {cp.step} ({cp.worker}): {cp.ops.height} ops, "
         f"{fmt_us(cp.length_ns / 1000)} of op time = {100 * cp.share:.1f}% of the step "
         f"({fmt_us(cp.step_ns / 1000)}); spans {fmt_us(cp.span_ns / 1000)}",
-        f"{'op':<60} {'type':<24} {'time':>9} {'waited':>9}",
+        f"{'op':<60} {'kernel':<36} {'time':>9} {'waited':>9}",
     ]
     for r in cp.ops.iter_rows(named=True):
         name = r["node_name"] if len(r["node_name"]) <= 60 else "…" + r["node_name"][-59:]
-        lines.append(f"{name:<60} {r['op_type']:<24} {fmt_us(r['busy_ns'] / 1000):>9} "
+        lines.append(f"{name:<60} {r['kernel']:<36} {fmt_us(r['busy_ns'] / 1000):>9} "
                      f"{fmt_us(r['wait_ns'] / 1000):>9}")
     lines.append("waited: time between the previous op's end and this op's start that the "
                  "dataflow does not explain (a busy thread, a queue, a loop frame)")
@@ -35,7 +35,8 @@ def critical_path_json(cp: CriticalPath) -> str:
         "step_us": cp.step_ns / 1000,
         "share": round(cp.share, 6),
         "ops": [
-            {"name": r["node_name"], "op_type": r["op_type"], "device": r["device"],
+            {"name": r["node_name"], "op_type": r["op_type"], "kernel": r["kernel"],
+             "device": r["device"],
              "start_us": r["start_ns"] / 1000, "micros": r["busy_ns"] / 1000,
              "waited_us": r["wait_ns"] / 1000}
             for r in cp.ops.iter_rows(named=True)

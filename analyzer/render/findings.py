@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import textwrap
 from typing import Any
+
+from analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
 
 SCHEMA = 1
 
@@ -20,27 +23,46 @@ def _evidence_lines(evidence: dict[str, Any], width: int = 100) -> list[str]:
     for key, value in evidence.items():
         if isinstance(value, list):
             shown = value[:5]
-            text = "; ".join(_compact(v) for v in shown)
+            text = "; ".join(_compact(v, key) for v in shown)
             if len(value) > len(shown):
                 text += f"; ... ({len(value)} in all)"
         else:
-            text = _compact(value)
+            text = _compact(value, key)
         lines.extend(textwrap.wrap(f"{key}: {text}", width, initial_indent="      ",
                                    subsequent_indent="        "))
     return lines
 
 
-def _compact(value: Any) -> str:
+_TIME_KEY = re.compile(r"(^|_)(us|micros)(_|$)")
+_BYTES_KEY = re.compile(r"(^|_)(bytes|peak)(_|$)")
+_SHARE_KEY = re.compile(r"(^|_)share(_|$)")
+
+
+def _compact(value: Any, key: str = "") -> str:
+    """An evidence value in human units, chosen by its key's name: times (`*_us`,
+    `micros*`), bytes, shares (as %); other numbers without scientific notation."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_compact(v)}" for k, v in value.items())
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+        return ", ".join(f"{k}={_compact(v, k)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return "/".join(_compact(v, key) for v in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if _TIME_KEY.search(key):
+        return fmt_us(round(value, 1))
+    if _BYTES_KEY.search(key):
+        return fmt_bytes(value)
+    if _SHARE_KEY.search(key):
+        return f"{100 * value:.1f}%"
+    return fmt_count(value) if abs(value) >= 10_000 else fmt_number(value)
 
 
 def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
     lines = [f"runlens advise: {meta['run']} ({meta['steps']} steps, "
-             f"median step {meta['median_step_us']:.0f}us)"]
+             f"median step {fmt_us(meta['median_step_us'])})"]
+    lines += [f"lacks {', '.join(what)}: {why}"
+              for why, what in lacks_by_reason(meta.get("lacks", {})).items()]
+    lines += [f"skipped {c['code']} {c['name']}: needs {c['reason']}"
+              for c in meta.get("skipped", [])]
     if not findings:
         lines.append("no findings: nothing the checkers know about stands out")
         return "\n".join(lines) + "\n"
@@ -72,10 +94,12 @@ def checker_list(checkers: list[Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"schema": SCHEMA, "checkers": [
             {"code": c.code, "name": c.name, "title": c.title, "severity": str(c.severity),
+             "severity_note": c.severity_note,
              "doc": inspect.cleandoc(c.__doc__ or "")} for c in checkers]}, indent=1)
     out = []
     for c in checkers:
-        out.append(f"{c.code} {c.name} ({c.severity}): {c.title}")
+        severity = f"{c.severity}; {c.severity_note}" if c.severity_note else str(c.severity)
+        out.append(f"{c.code} {c.name} ({severity}): {c.title}")
         doc = inspect.cleandoc(c.__doc__ or "")
         for para in doc.split("\n\n"):
             out.extend(textwrap.wrap(" ".join(para.split()), 96, initial_indent="    ",

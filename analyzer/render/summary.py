@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.render.units import fmt_us
+from analyzer.render.units import fmt_us, lacks_by_reason
 
 
 def summary_text(s: dict) -> str:
@@ -22,6 +22,8 @@ def summary_text(s: dict) -> str:
         f"p90 {fmt_us(t['p90'])}  min {fmt_us(t['min'])}  max {fmt_us(t['max'])}  "
         f"stdev {fmt_us(t['stdev'])}"
     )
+    for why, what in lacks_by_reason(s.get("lacks", {})).items():
+        lines.append(f"lacks      {', '.join(what)}: {why}")
     for w in s["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"

@@ -1,12 +1,13 @@
-"""Human units for tables: microseconds and bytes, as tfprof prints them."""
+"""Human units for text output: time in us/ms/s, bytes in B/KB/MB/GB (decimal, as tfprof
+prints them), counts with k/M/G; never scientific notation."""
 
 from __future__ import annotations
 
 
 def fmt_us(us: float) -> str:
-    if us >= 1_000_000:
-        return f"{us / 1_000_000:.2f}sec"
-    if us >= 1_000:
+    if abs(us) >= 1_000_000:
+        return f"{us / 1_000_000:.2f}s"
+    if abs(us) >= 1_000:
         return f"{us / 1_000:.2f}ms"
     return f"{us:.0f}us" if float(us).is_integer() else f"{us:.1f}us"
 
@@ -19,8 +20,25 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f}B"
 
 
+def fmt_number(x: float) -> str:
+    """A plain number with up to 4 significant digits, never in scientific notation."""
+    if float(x).is_integer():
+        return f"{x:.0f}"
+    digits = max(0, 3 - len(str(int(abs(x)))) + (1 if abs(x) >= 1 else 0))
+    text = f"{x:.{min(digits + (2 if abs(x) < 1 else 0), 6)}f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
 def fmt_count(n: float) -> str:
-    for unit, size in (("b", 10**9), ("m", 10**6), ("k", 10**3)):
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if abs(n) >= size:
             return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
+    return f"{n:.0f}" if float(n).is_integer() else f"{n:.2f}"
+
+
+def lacks_by_reason(lacks: dict[str, str]) -> dict[str, list[str]]:
+    """Run.lacks grouped by reason, so that each reason is said once."""
+    out: dict[str, list[str]] = {}
+    for what, why in lacks.items():
+        out.setdefault(why, []).append(what)
+    return out

@@ -1,10 +1,12 @@
-"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV."""
+"""Render views: a tfprof-style text table or tree, JSON (schema 1) or CSV; tree views
+also as flame-graph files (speedscope JSON, gzipped pprof)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 from analyzer.render.units import fmt_bytes, fmt_count, fmt_us
@@ -32,12 +34,18 @@ def _metrics(row: dict[str, Any]) -> dict[str, int]:
 
 
 def view_json(view: View) -> str:
+    return json.dumps(view_doc(view), indent=1)
+
+
+def view_doc(view: View) -> dict[str, Any]:
+    """The JSON document of a view (schema 1), as a dict: what `--format json` prints and
+    the HTML report embeds."""
     if view.kind in TREE_VIEWS:
         rows = [_tree_row(r) for r in view.tree()]
     else:
         rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
                 for r in view.rows.iter_rows(named=True)]
-    doc = {
+    return {
         "schema": SCHEMA,
         "view": view.kind,
         "step": view.options.step,
@@ -47,20 +55,22 @@ def view_json(view: View) -> str:
         "rows": rows,
         "notes": view.notes,
     }
-    return json.dumps(doc, indent=1)
 
 
 def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
     if kind == "ops":
-        return {"nodes": row["nodes"]}
+        return {"nodes": row["nodes"], "kernels": row["kernels"], "op_types": row["op_types"]}
     if kind == "graph":
-        return {"op_type": row["op_type"], "device": row["device"], "inputs": row["inputs"]}
+        return {"op_type": row["op_type"], "kernel": row["kernel"],
+                "fused_ops": row["fused_ops"], "device": row["device"], "inputs": row["inputs"]}
     return {}
 
 
 def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
+    kernel = {k: node[k] for k in ("kernel", "fused_ops") if node.get("kernel")}
     return {
         "name": node["name"],
+        **kernel,
         **_metrics(node),
         "self": {m: int(node[f"self_{m}"]) for m in ALL_METRICS},
         "children": [_tree_row(c) for c in node["children"]],
@@ -82,17 +92,29 @@ def view_csv(view: View) -> str:
     return out.getvalue()
 
 
+def _kernel_note(view: View, row: dict[str, Any]) -> str:
+    """Graph and scope views: " [_FusedConv2D: Conv2D+BiasAdd+Relu]" after a node that ran
+    as another kernel than its graph op type (with op_types "kernel")."""
+    if view.kind not in ("graph", "scopes") or view.options.op_types != "kernel":
+        return ""
+    if not row.get("kernel") or (row["kernel"] == row.get("op_type") and not row["fused_ops"]):
+        return ""
+    fused = f": {row['fused_ops']}" if row["fused_ops"] else ""
+    return f" [{row['kernel']}{fused}]"
+
+
 def view_text(view: View) -> str:
     select = [s for s in view.options.select if s in COLUMNS] or ["micros"]
     cols = [COLUMNS[s] for s in select]
-    title = {"ops": "op type", "scopes": "name scope", "graph": "graph node",
-             "code": "python code"}[view.kind]
+    by_kernel = view.options.op_types == "kernel"
+    title = {"ops": "kernel" if by_kernel else "op type", "scopes": "name scope",
+             "graph": "graph node", "code": "python code"}[view.kind]
     tree = view.kind in TREE_VIEWS
     lines: list[str] = []
     label_rows: list[tuple[str, dict[str, Any]]] = []
     for r in view.rows.iter_rows(named=True):
         indent = "  " * (int(r["depth"]) - 1) if tree else ""
-        label_rows.append((indent + str(r["name"]), r))
+        label_rows.append((indent + str(r["name"]) + _kernel_note(view, r), r))
     width = min(max([len(title)] + [len(label) for label, _ in label_rows]), 90)
     head = f"{title:<{width}}"
     for _, _, name in cols:
@@ -117,4 +139,21 @@ def view_text(view: View) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"text": view_text, "json": view_json, "csv": view_csv}
+def _flame(fmt: str) -> Callable[[View], str | bytes]:
+    """speedscope and pprof files, imported on use (pprof needs the generated proto)."""
+    def render(view: View) -> str | bytes:
+        if fmt == "pprof":
+            from analyzer.render.pprof import view_pprof
+
+            return view_pprof(view)
+        from analyzer.render.speedscope import view_speedscope
+
+        return view_speedscope(view)
+
+    return render
+
+
+RENDERERS: dict[str, Callable[[View], str | bytes]] = {
+    "text": view_text, "json": view_json, "csv": view_csv,
+    "speedscope": _flame("speedscope"), "pprof": _flame("pprof"),
+}

@@ -7,18 +7,21 @@ analyzer.load turns into a Run. What a format does not hold stays empty and is n
 `lacks` (what -> why), so that views and checkers can say what they skipped instead of
 inventing it.
 
-Raw frames (SourceFrames.frames), each with a `worker` column:
+Raw frames (SourceFrames.frames); `raw_frames` below adds the `worker` column where it
+belongs (keys, output_keys and the per-worker frames) and the frames a source leaves out:
 - `executions` (ingest.NODE_SCHEMA: numbers and a key_id) and `keys` (worker, lane,
   node_name, timeline_label), or, simpler for a new source, `nodes`: one row per
-  execution with NODE_SCHEMA's numbers (no key_id) and the key's four columns; `raw_frames`
-  below splits it;
-- `output_rows` + `output_keys` (or `outputs`), `memory`, `allocations`, `threads`,
-  `graph_nodes`, `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+  execution with NODE_SCHEMA's numbers (no key_id) and lane, node_name, timeline_label;
+  `raw_frames` splits it (`split_nodes`);
+- `output_rows` + `output_keys`, `memory`, `allocations`, `threads`, `graph_nodes`,
+  `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+How to add a source: docs/sources.md.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +35,7 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ()  # filled as the sources land: "rundir", "timeline", ...
+SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events", "tfprof")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,17 @@ class Part:
     worker: str
     files: tuple[str, ...]  # every file its frames depend on (the cache key covers them)
     detail: Any = None  # the source's own description of the part (e.g. a RunDir)
+    # What finding the part could not read (one line each, naming the file): reported on
+    # every load, cached or not.
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the user picked among what a path holds (command-line flags)."""
+
+    workers: bool = False  # merge the parts as workers even when they are not one job
+    profile_run: str | None = None  # a TensorBoard logdir's profile run (default: newest)
 
 
 @dataclass
@@ -53,6 +67,9 @@ class SourceFrames:
     frames: dict[str, pl.DataFrame]
     warnings: list[str] = field(default_factory=list)
     lacks: dict[str, str] = field(default_factory=dict)
+    # Per file read: [size, mtime_ns, ctime_ns, inode, analyzer.digest.of(its bytes)], for
+    # the cache's key (files not here are read again by the cache writer).
+    digests: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -61,7 +78,7 @@ class Source(Protocol):
 
     def accepts(self, path: Path) -> bool: ...
 
-    def parts(self, path: Path) -> list[Part]: ...
+    def parts(self, path: Path, chosen: Selection) -> list[Part]: ...
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames: ...
 
@@ -71,7 +88,7 @@ def registered() -> list[Source]:
     return [importlib.import_module(f"{__name__}.{name}").SOURCE for name in SOURCES]
 
 
-def detect(path: str | Path, kind: str | None = None) -> Source:
+def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
     """The source that reads `path` (`kind` forces one); RunDirError naming what runlens
     reads when none does."""
     p = Path(path)
@@ -82,10 +99,72 @@ def detect(path: str | Path, kind: str | None = None) -> Source:
             raise RunDirError(f"unknown source {kind!r}; runlens reads: "
                               + ", ".join(sorted(by_kind)))
         return by_kind[kind]
-    if not p.exists():
-        raise RunDirError(f"{p}: no such file or directory")
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise RunDirError(f"{p}: no such file or directory") from None
+    except OSError as e:  # a folder on the way that cannot be searched, a loop...
+        raise RunDirError(f"{p}: cannot read ({e.strerror or e})") from None
     for source in sources:
         if source.accepts(p):
             return source
     raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
                       + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
+
+
+# Key columns of the raw `keys` frame, and the per-worker frames every part gives.
+RAW_KEY_COLUMNS = ["worker", "lane", "node_name", "timeline_label"]
+_SCHEMAS = {
+    "memory": "MEMORY_SCHEMA", "allocations": "ALLOCATION_SCHEMA", "threads": "THREAD_SCHEMA",
+    "graph_nodes": "GRAPH_NODE_SCHEMA", "op_log": "OP_LOG_SCHEMA", "code": "CODE_SCHEMA",
+}
+
+
+def empty_frames(worker: str) -> dict[str, pl.DataFrame]:
+    """Every raw frame, empty (ingest's schemas, with the worker column): a source
+    replaces those its format holds."""
+    from analyzer import ingest
+
+    lit = pl.lit(worker).alias("worker")
+
+    def empty(schema: dict) -> pl.DataFrame:
+        return pl.DataFrame(schema=schema)
+
+    frames = {name: empty(getattr(ingest, schema)).with_columns(lit)
+              for name, schema in _SCHEMAS.items()}
+    frames["executions"] = empty(ingest.NODE_SCHEMA)
+    frames["keys"] = empty({"worker": pl.String, **ingest.KEY_SCHEMA})
+    frames["output_rows"] = empty(ingest.OUTPUT_SCHEMA)
+    frames["output_keys"] = empty({"worker": pl.String, **ingest.OUTPUT_KEY_SCHEMA})
+    return frames
+
+
+def split_nodes(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A plain `nodes` frame (NODE_SCHEMA's numbers but key_id, plus RAW_KEY_COLUMNS) ->
+    (executions, keys): each distinct key once, numbered in order of appearance."""
+    from analyzer import ingest
+    from analyzer.model import split_keys
+
+    numbers = [c for c in ingest.NODE_SCHEMA if c != "key_id"]
+    rows = nodes.select(*numbers, *RAW_KEY_COLUMNS).cast(
+        {c: ingest.NODE_SCHEMA[c] for c in numbers})  # type: ignore[arg-type]
+    executions, keys = split_keys(rows, RAW_KEY_COLUMNS)
+    return executions.select(list(ingest.NODE_SCHEMA)), keys
+
+
+def raw_frames(frames: dict[str, pl.DataFrame], worker: str) -> dict[str, pl.DataFrame]:
+    """A source's frames completed into the raw frames load.py expects: `nodes` split
+    into executions and keys, missing frames empty, a worker column where it belongs."""
+    out = empty_frames(worker)
+    for name, frame in frames.items():
+        if name == "nodes":
+            if "worker" not in frame.columns:
+                frame = frame.with_columns(pl.lit(worker).alias("worker"))
+            out["executions"], out["keys"] = split_nodes(frame)
+        elif name in out:
+            if name in _SCHEMAS and "worker" not in frame.columns:
+                frame = frame.with_columns(pl.lit(worker).alias("worker"))
+            out[name] = frame
+        else:
+            raise ValueError(f"unknown raw frame {name!r}")
+    return out

@@ -1,0 +1,159 @@
+"""Baseline files: a run's per-step samples as a small JSON file, saved and validated.
+
+A baseline decides whether CI fails, so a damaged one must never quietly turn the gate
+off (a NaN median compares false with everything: "result: OK" on a regressed run).
+`load_baseline` therefore checks the whole document against schema 1 before using it
+and refuses anything else with one line naming the file: wrong types, NaN/Infinity,
+numbers out of range, empty metric lists, no step time, deep nesting, unknown versions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from analyzer.errors import InputFileError
+
+BASELINE_KIND = "runlens-baseline"
+BASELINE_SCHEMA = 1
+KINDS = ("step", "op", "scope")
+MAX_US = 1e12  # 11.6 days per step: anything above is not a timing
+MAX_SCOPE_DEPTH = 64
+
+
+def save_baseline(samples: Any, path: Path) -> None:
+    """Write `samples` (analyzer.compare.Samples) as a schema-1 baseline, atomically."""
+    from analyzer.rundir import atomic_write
+
+    wide = samples.samples.group_by("kind", "name").agg(
+        pl.col("value_us").sort_by("sample").round(3))
+    doc = {
+        "format": BASELINE_KIND,
+        "schema": BASELINE_SCHEMA,
+        "source": samples.source,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "scope_depth": samples.scope_depth,
+        "meta": samples.meta,
+        "samples": samples.samples.select("sample").unique().sort("sample")["sample"].to_list(),
+        "metrics": [{"kind": k, "name": nm, "values_us": v}
+                    for k, nm, v in wide.sort("kind", "name").iter_rows()],
+        "node_medians_us": dict(samples.node_medians.select(
+            "name", pl.col("median_us").round(3)).iter_rows()),
+    }
+    atomic_write(path, (json.dumps(doc, indent=0, allow_nan=False) + "\n").encode())
+
+
+class _Bad(Exception):
+    pass
+
+
+def _reject_constant(token: str) -> float:
+    raise _Bad(f"{token} is not a number a baseline may hold")
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(f"{where} must be a number, not {type(value).__name__}")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise _Bad(f"{where} is out of range") from None
+    if not math.isfinite(f) or not 0.0 <= f <= MAX_US:
+        raise _Bad(f"{where} = {value!r} is not a time in microseconds (0..{MAX_US:g})")
+    return f
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _Bad(f"{where} must be a non-empty string, not {value!r:.40}")
+    return value
+
+
+def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[tuple[str, float]],
+                                 int, dict[str, Any]]:
+    if not isinstance(doc, dict) or doc.get("format") != BASELINE_KIND:
+        raise _Bad("not a runlens baseline (save one with `analyze baseline save RUN -o FILE`)")
+    schema = doc.get("schema")
+    if isinstance(schema, bool) or not isinstance(schema, int):
+        raise _Bad(f"schema must be an integer, not {schema!r:.40}")
+    if schema != BASELINE_SCHEMA:
+        hint = "upgrade runlens" if schema > BASELINE_SCHEMA else "save it again"
+        raise _Bad(f"baseline schema {schema} is not the schema {BASELINE_SCHEMA} this "
+                   f"runlens reads; {hint}")
+    depth = doc.get("scope_depth", 3)
+    if isinstance(depth, bool) or not isinstance(depth, int) \
+            or not 1 <= depth <= MAX_SCOPE_DEPTH:
+        raise _Bad(f"scope_depth must be an integer 1..{MAX_SCOPE_DEPTH}, not {depth!r:.40}")
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise _Bad("meta must be an object")
+    ids = doc.get("samples")
+    if not isinstance(ids, list) or not ids:
+        raise _Bad("samples must be a non-empty list of step ids")
+    ids = [_string(s, f"samples[{i}]") for i, s in enumerate(ids)]
+    if len(set(ids)) != len(ids):
+        raise _Bad("samples holds the same step id twice")
+    metrics = doc.get("metrics")
+    if not isinstance(metrics, list) or not metrics:
+        raise _Bad("metrics must be a non-empty list")
+    rows: list[tuple[str, str, str, float]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, m in enumerate(metrics):
+        if not isinstance(m, dict):
+            raise _Bad(f"metrics[{i}] must be an object")
+        kind = m.get("kind")
+        if kind not in KINDS:
+            raise _Bad(f"metrics[{i}].kind must be one of {', '.join(KINDS)}, "
+                       f"not {kind!r:.40}")
+        name = _string(m.get("name"), f"metrics[{i}].name")
+        if (kind, name) in seen:
+            raise _Bad(f"metrics[{i}]: {kind} {name!r:.60} appears twice")
+        seen.add((kind, name))
+        values = m.get("values_us")
+        if not isinstance(values, list) or len(values) != len(ids):
+            raise _Bad(f"metrics[{i}].values_us must be a list of {len(ids)} numbers "
+                       "(one per sample)")
+        rows += [(kind, name, ids[j], _number(v, f"metrics[{i}].values_us[{j}]"))
+                 for j, v in enumerate(values)]
+    if ("step", "step time") not in seen:
+        raise _Bad("no step time metric")
+    medians = doc.get("node_medians_us", {})
+    if not isinstance(medians, dict):
+        raise _Bad("node_medians_us must be an object of node name -> microseconds")
+    nm = [(_string(k, "node_medians_us key"), _number(v, f"node_medians_us[{k!r:.40}]"))
+          for k, v in medians.items()]
+    return rows, nm, depth, meta
+
+
+def load_baseline(path: Path) -> Any:
+    """Read and validate a baseline file into analyzer.compare.Samples."""
+    from analyzer.compare import Samples
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except _Bad as e:
+        raise InputFileError(f"{path}: invalid baseline: {e}") from None
+    except RecursionError:
+        raise InputFileError(f"{path}: not a readable baseline file (nested too deeply)"
+                             ) from None
+    except ValueError as e:
+        raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
+    try:
+        rows, medians, depth, meta = _validate(doc)
+    except _Bad as e:
+        raise InputFileError(f"{path}: invalid baseline: {e}") from None
+    long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
+                                      "sample": pl.String, "value_us": pl.Float64},
+                        orient="row")
+    nm = pl.DataFrame(medians, schema={"name": pl.String, "median_us": pl.Float64},
+                      orient="row")
+    return Samples(str(path), long, nm, depth, meta)

@@ -1,0 +1,81 @@
+"""Each op's Python code path (op_log.pb's traces), as tfprof's code view builds it, and
+the same path with library frames left out, which the code view shows by default.
+
+Library frames are TensorFlow's, Keras', absl's, protobuf's, numpy's, the standard
+library's and our capture hook's: an op created by `tf.nn.conv2d` has a dozen of them
+under the user's line (traceback_utils.py, dispatch.py, op_def_library.py, ops.py ...).
+Without them the innermost frame is the user's line, so it gets the op's time.
+
+Gradient ops: TensorFlow names them "gradients/<forward op>_grad/..." and their own
+traces all end in the `minimize()` (or `tf.gradients`) line. Where the op log has a
+trace for that forward op, a gradient op takes the forward op's path with " (gradient)"
+on each frame, so backprop time lands next to the layer that caused it. Gradient ops
+whose forward op has no trace are left out, as tfprof does.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.model import Run
+
+# Packages whose frames are not the user's code (in site-packages or dist-packages).
+LIBRARY_PACKAGES = ("tensorflow", "tensorflow_core", "tensorflow_estimator", "keras",
+                    "tf_keras", "absl", "google/protobuf", "numpy", "six", "wrapt")
+_PACKAGE_RE = r"/(?:site|dist)-packages/(?:" + "|".join(LIBRARY_PACKAGES) + r")(?:/|\.py$)"
+_STDLIB_RE = r"/lib/python3(?:\.\d+)?/"
+_INSTALLED_RE = r"/(?:site|dist)-packages/"
+_OUR_HOOK_RE = r"(?:^|/)analyzer/capture\.py$"  # ops our capture hook adds (the step read)
+GRADIENT_SUFFIX = " (gradient)"
+
+
+def is_library_frame(file: pl.Expr) -> pl.Expr:
+    """True for a frame of a library (LIBRARY_PACKAGES), of the standard library or of
+    runlens' capture hook."""
+    stdlib = file.str.contains(_STDLIB_RE) & ~file.str.contains(_INSTALLED_RE)
+    return (file.str.contains(_PACKAGE_RE) | stdlib | file.str.starts_with("<frozen ")
+            | file.str.contains(_OUR_HOOK_RE))
+
+
+def trace_string() -> pl.Expr:
+    """tfprof's name for a code frame: file basename, line, function (cut to 20 chars)."""
+    fn = pl.col("function")
+    short = pl.when(fn.str.len_chars() < 20).then(fn).otherwise(fn.str.head(17) + "...")
+    return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
+                     short)
+
+
+def code_paths(run: Run) -> pl.DataFrame:
+    """worker, name, path, user_path: each op's code path, outermost frame first, as
+    tfprof builds it (`path`), and without library frames (`user_path`; an op with no
+    user frame at all keeps its innermost frame).
+
+    Ops without a code trace of their own (runtime-only nodes) are left out, as in tfprof.
+    Computed once per run and cached with it.
+    """
+    return run.derived_frame("code_paths", _code_paths)
+
+
+def _code_paths(run: Run) -> pl.DataFrame:
+    own = (
+        run.code.sort("worker", "name", "depth")
+        .group_by("worker", "name", maintain_order=True)
+        .agg(path=trace_string(),
+             user_path=trace_string().filter(~is_library_frame(pl.col("file"))))
+        # An op made entirely in library code keeps its innermost frame (time is not lost).
+        .with_columns(user_path=pl.when(pl.col("user_path").list.len() > 0)
+                      .then("user_path").otherwise(pl.col("path").list.tail(1)))
+    )
+    names = own.select("worker", "name")
+    fwd = pl.col("name").str.extract(r"gradients/(.+?)_grad/", 1)
+    is_grad = pl.col("name").str.contains("gradients/") & pl.col("name").str.contains("_grad/")
+    grads = (
+        names.filter(is_grad & fwd.is_not_null())
+        .with_columns(fwd=fwd)
+        .join(own.rename({"name": "fwd"}), on=["worker", "fwd"])
+        .select("worker", "name",
+                *[pl.col(c).list.eval(pl.element() + GRADIENT_SUFFIX).alias(c)
+                  for c in ("path", "user_path")])
+    )
+    forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
+    return pl.concat([forward, grads])

@@ -1,0 +1,175 @@
+"""TensorBoard event files (`events.out.tfevents.*`) holding tagged run metadata, as
+`tf.compat.v1.summary.FileWriter.add_run_metadata` (and ProfilerHook) write them: each
+tag is a step; the graph comes from the same file(s).
+
+Read without TensorFlow: a small reader of the TFRecord framing (uint64 length, masked
+CRC-32C of the length, the record, masked CRC-32C of the record) and our vendored
+event.proto. A record whose CRC does not match, or a file cut short, is reported with its
+file and offset; the records before it are kept. A tag's step is the last number in the
+tag ("step_12"), else the event's step, else its order.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from analyzer import ingest
+from analyzer.errors import InputFileError, RunDirError
+from analyzer.proto import event_pb2
+from analyzer.sources import Part, Progress, Selection, SourceFrames
+from analyzer.sources.stepstats import frames_from_run_metadata
+
+_NUMBER_RE = re.compile(r"(\d+)")
+_META_GRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as TFRecord uses; google_crc32c's C code when installed."""
+    try:
+        import google_crc32c  # type: ignore[import-not-found]
+
+        return int(google_crc32c.value(data))
+    except ImportError:
+        pass
+    crc = 0xFFFFFFFF
+    table = _TABLE
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def records(path: Path) -> Iterator[bytes]:
+    """The records of a TFRecord file; InputFileError (after the good ones) at the first
+    bad one, naming the file and the offset."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    pos, end = 0, len(raw)
+    while pos < end:
+        if end - pos < 12:
+            raise InputFileError(f"{path}: truncated record header at byte {pos}")
+        header = raw[pos:pos + 8]
+        (length,) = struct.unpack("<Q", header)
+        (length_crc,) = struct.unpack("<I", raw[pos + 8:pos + 12])
+        if masked_crc(header) != length_crc:
+            raise InputFileError(f"{path}: not a TFRecord file (bad length CRC at byte {pos})")
+        start = pos + 12
+        if start + length + 4 > end:
+            raise InputFileError(f"{path}: truncated record at byte {pos}")
+        data = raw[start:start + length]
+        (data_crc,) = struct.unpack("<I", raw[start + length:start + length + 4])
+        if masked_crc(data) != data_crc:
+            raise InputFileError(f"{path}: corrupt record at byte {pos} (CRC mismatch)")
+        yield data
+        pos = start + length + 4
+
+
+def _is_events_file(path: Path) -> bool:
+    return path.is_file() and "tfevents" in path.name
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if _is_events_file(p))
+    return [path]
+
+
+def _step_of_tag(tag: str) -> int | None:
+    numbers = _NUMBER_RE.findall(tag)
+    return int(numbers[-1]) if numbers else None
+
+
+def _graph_of_meta_graph(raw: bytes) -> bytes | None:
+    try:
+        return next((bytes(p) for n, p in ingest._split_fields(raw)
+                     if n == _META_GRAPH_GRAPH_DEF), None)
+    except DecodeError:
+        return None
+
+
+class EventsSource:
+    kind = "events"
+    description = ("TensorBoard event files (events.out.tfevents.*) with run metadata "
+                   "written by FileWriter.add_run_metadata or ProfilerHook, or their folder")
+
+    def accepts(self, path: Path) -> bool:
+        return bool(_files(path)) and all(_is_events_file(p) for p in _files(path))
+
+    def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        if not path.exists():
+            raise RunDirError(f"{path}: no such file or directory")
+        files = _files(path)
+        if not files:
+            raise RunDirError(f"{path}: no events.out.tfevents.* file")
+        return [Part(self.kind, path, "worker:0", tuple(str(f) for f in files))]
+
+    def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
+        warnings: list[str] = []
+        tagged: list[tuple[int | None, int, bytes, str]] = []  # (tag step, event step, ...)
+        graphs: list[tuple[bytes, str]] = []
+        for name in part.files:
+            path = Path(name)
+            try:
+                for i, record in enumerate(records(path)):
+                    try:
+                        event = event_pb2.Event.FromString(record)
+                    except (DecodeError, RuntimeError) as e:
+                        raise InputFileError(f"{path}: record {i} is not an Event ({e})"
+                                             ) from None
+                    what = event.WhichOneof("what")
+                    if what == "tagged_run_metadata":
+                        t = event.tagged_run_metadata
+                        tagged.append((_step_of_tag(t.tag), event.step, t.run_metadata,
+                                       f"{path} (tag {t.tag!r})"))
+                    elif what == "graph_def":
+                        graphs.append((event.graph_def, f"{path} (graph_def)"))
+                    elif what == "meta_graph_def":
+                        graph = _graph_of_meta_graph(event.meta_graph_def)
+                        if graph is not None:
+                            graphs.append((graph, f"{path} (meta_graph_def)"))
+            except InputFileError as e:
+                warnings.append(str(e))
+        if not tagged:
+            raise RunDirError(f"{part.path}: no tagged run metadata in the event file(s)"
+                              + (f" ({warnings[0]})" if warnings else ""))
+        steps: list[tuple[int, bytes, str]] = []
+        used: set[int] = set()
+        for tag_step, event_step, raw, where in tagged:
+            step = tag_step if tag_step is not None else event_step
+            if step in used:
+                step = max(used) + 1
+            used.add(step)
+            steps.append((step, raw, where))
+        frames, more = frames_from_run_metadata(steps, graphs[-1:], part.worker,
+                                                str(part.path))
+        lacks = {"code": "not in event files (tfprof's op log holds code traces)"}
+        if frames["graph_nodes"].height == 0:
+            lacks["graph"] = "no graph in the event file(s)"
+        return SourceFrames(frames, warnings + more, lacks)
+
+
+SOURCE = EventsSource()

@@ -1,0 +1,156 @@
+"""Loose RunMetadata files: what users saved by hand from `session.run(...,
+run_metadata=md)`: `md.SerializeToString()` (binary, e.g. run_metadata.pb) or
+`text_format`/`str(md)` (text, e.g. run_metadata.pbtxt); one file, or a folder of them
+with any names, with an optional GraphDef beside (binary or text; a file whose name has
+"graph" in it).
+
+Which file is which is told by content: text files by their first field (`step_stats` /
+`node`), binary files by parsing (a RunMetadata's step stats name devices "/..."). A
+file's step is the last number in its name (in file order when it has none, or when two
+names give the same number). Not in these files: the code traces of tfprof's op log
+(`lacks`), and the graph when none is beside and the steps hold no partition graphs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
+
+from analyzer.errors import InputFileError, RunDirError
+from analyzer.proto import config_pb2, graph_pb2
+from analyzer.sources import Part, Progress, Selection, SourceFrames
+from analyzer.sources.stepstats import frames_from_run_metadata
+
+SUFFIXES = (".pb", ".pbtxt", ".pb.txt", ".txt", ".textproto")
+_NUMBER_RE = re.compile(r"(\d+)")
+_TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")
+
+
+def _has_suffix(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(SUFFIXES)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _text_field(raw: bytes) -> str | None:
+    """The first field of a text-format message, or None if `raw` is not text."""
+    m = _TEXT_FIRST_FIELD.match(raw[:4096])
+    return m.group(1).decode() if m else None
+
+
+def _is_run_metadata(raw: bytes) -> bool:
+    try:
+        md = config_pb2.RunMetadata.FromString(raw)
+    except (DecodeError, RuntimeError):
+        return False
+    devices = md.step_stats.dev_stats
+    return bool(devices) and all(d.device.startswith("/") for d in devices)
+
+
+def kind_of(path: Path) -> str | None:
+    """"run_metadata", "graph" or None (neither) for one file."""
+    raw = _read(path)
+    field = _text_field(raw)
+    if field is not None:
+        return {"step_stats": "run_metadata", "cost_graph": "run_metadata",
+                "partition_graphs": "run_metadata", "node": "graph",
+                "versions": "graph", "library": "graph"}.get(field)
+    if "graph" in path.name.lower():
+        return "graph"
+    return "run_metadata" if _is_run_metadata(raw) else None
+
+
+def message_bytes(path: Path, message: type) -> bytes:
+    """The file as serialized `message` (text format parsed); InputFileError if it is not."""
+    raw = _read(path)
+    if _text_field(raw) is None:
+        return raw
+    try:
+        return text_format.Parse(raw.decode(), message()).SerializeToString()
+    except (text_format.ParseError, UnicodeDecodeError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputFileError(f"{path}: not a readable text-format "
+                             f"{message.__name__} ({first})") from None
+
+
+def _step_of(path: Path) -> int | None:
+    numbers = _NUMBER_RE.findall(path.name)
+    return int(numbers[-1]) if numbers else None
+
+
+class RunMetadataSource:
+    kind = "runmetadata"
+    description = ("loose RunMetadata files (binary .pb or text .pbtxt), one or a folder "
+                   "of them, with an optional graph.pb/graph.pbtxt beside")
+
+    def accepts(self, path: Path) -> bool:
+        try:
+            if path.is_dir():
+                return any(_has_suffix(p) and kind_of(p) == "run_metadata"
+                           for p in sorted(path.iterdir()))
+            return _has_suffix(path) and kind_of(path) == "run_metadata"
+        except InputFileError:
+            return False
+
+    def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        folder = path if path.is_dir() else path.parent
+        if not path.exists():
+            raise RunDirError(f"{path}: no such file or directory")
+        candidates = sorted(p for p in folder.iterdir() if _has_suffix(p))
+        steps, graphs = [], []
+        for p in candidates:
+            try:
+                kind = kind_of(p)
+            except InputFileError:
+                kind = "run_metadata" if path.is_dir() else None  # reported when read
+            if kind == "graph":
+                graphs.append(p)
+            elif kind == "run_metadata" and (path.is_dir() or p == path):
+                steps.append(p)
+        if path.is_file() and path not in steps:
+            steps = [path]  # forced with --source: read it, and say why not if it is not
+        if not steps:
+            raise RunDirError(f"{path}: no RunMetadata file (.pb or .pbtxt)")
+        files = (*(str(p) for p in steps), *(str(p) for p in graphs))
+        return [Part(self.kind, path, "worker:0", files, detail=(steps, graphs))]
+
+    def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
+        steps, graphs = part.detail
+        warnings: list[str] = []
+        items = []
+        used: set[int] = set()
+        numbered = sorted(steps, key=lambda p: (_step_of(p) is None, _step_of(p) or 0, p.name))
+        for p in numbered:
+            step = _step_of(p)
+            if step is None or step in used:
+                step = max(used, default=0) + 1
+            used.add(step)
+            try:
+                items.append((step, message_bytes(p, config_pb2.RunMetadata), str(p)))
+            except InputFileError as e:
+                if len(numbered) == 1:
+                    raise
+                warnings.append(str(e))
+        graph_items = []
+        for p in graphs:
+            try:
+                graph_items.append((message_bytes(p, graph_pb2.GraphDef), str(p)))
+            except InputFileError as e:
+                warnings.append(f"{e}; op types come from timeline labels")
+        frames, more = frames_from_run_metadata(items, graph_items, part.worker,
+                                                str(part.path))
+        lacks = {"code": "not in RunMetadata files (tfprof's op log holds code traces)"}
+        if frames["graph_nodes"].height == 0:
+            lacks["graph"] = "no graph.pb or graph.pbtxt beside the RunMetadata"
+        return SourceFrames(frames, warnings + more, lacks)
+
+
+SOURCE = RunMetadataSource()

@@ -1,0 +1,75 @@
+"""Raw RunMetadata bytes (not in a run dir) -> a part's raw frames: shared by the sources
+whose files hold RunMetadata (loose .pb/.pbtxt files, TensorBoard event files).
+
+Each RunMetadata is read with ingest's protobuf walk (the reference reader); a
+RunMetadata that cannot be read is skipped with a warning naming it, and the others are
+still read. Partition graphs and a GraphDef saved beside give op types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import polars as pl
+from google.protobuf.message import DecodeError
+
+from analyzer import ingest
+from analyzer.errors import InputFileError, RunDirError
+
+# (global step, serialized RunMetadata, what to call it in messages)
+StepBytes = tuple[int, bytes, str]
+# (serialized GraphDef, what to call it in messages)
+GraphBytes = tuple[bytes, str]
+
+
+def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
+                             worker: str, where: str
+                             ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Raw frames of these steps (sources.raw_frames completes them), and warnings.
+
+    Raises RunDirError naming `where` when no step can be read."""
+    warnings: list[str] = []
+    parts: list[ingest.StepFrames] = []
+    partition: dict[bytes, bytes] = {}
+    for step, raw, name in steps:
+        try:
+            try:
+                stats, step_graphs = ingest.split_run_metadata(raw)
+            except DecodeError as e:
+                raise InputFileError(f"{name}: not a readable RunMetadata ({e})") from None
+            parts.append(ingest.walk_step_bytes(stats, step, name))
+        except InputFileError as e:
+            warnings.append(str(e))
+            continue
+        for g in step_graphs:
+            partition.setdefault(hashlib.blake2b(g, digest_size=16).digest(), bytes(g))
+    parts = [p for p in parts if p.nodes.height]
+    if not parts:
+        raise RunDirError(f"{where}: no readable RunMetadata ({len(warnings)} skipped; "
+                          f"first: {warnings[0] if warnings else 'none'})")
+    graph_frames = []
+    for raw, name in graphs:
+        try:
+            graph_frames.append(ingest.ingest_graph_defs([raw], name, "graph"))
+        except InputFileError as e:
+            warnings.append(f"{e}; op types come from partition graphs and timeline labels")
+    if partition:
+        graph_frames.append(ingest.ingest_graph_defs(list(partition.values()),
+                                                     f"{where} (partition graphs)",
+                                                     "partition"))
+    graph_nodes = (pl.concat(graph_frames, how="vertical") if graph_frames
+                   else pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA))
+    graph_nodes = graph_nodes.unique(subset=["name", "source", "device"], keep="first",
+                                     maintain_order=True)
+    merged = ingest.concat_step_frames(parts)
+    lit = pl.lit(worker).alias("worker")
+    return {
+        "executions": merged.nodes,
+        "keys": merged.keys.select(lit, pl.all()),
+        "output_rows": merged.outputs,
+        "output_keys": merged.output_keys.select(lit, pl.all()),
+        "memory": merged.memory,
+        "allocations": merged.allocations,
+        "threads": merged.threads,
+        "graph_nodes": graph_nodes,
+    }, warnings

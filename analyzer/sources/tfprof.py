@@ -1,0 +1,245 @@
+"""tfprof profiles: the ProfileProto that `tf.compat.v1.profiler.Profiler
+.serialize_to_string()` returns and `ProfileContext` dumps as `profile_<step>` (a folder
+of those: the one of the latest step, which holds every step before it).
+
+A ProfileProto keeps, per graph node: op, device, attrs, inputs, op_types (op log types),
+float_ops, code trace, and per step an ExecProfile: the (start, duration) of each run per
+device lane (tfprof keeps only the lanes it counts: canonical devices and `/stream:all`)
+and the node's memory (requested, peak, residual, output bytes, summed as tfprof sums a
+NodeExecStats' allocators, temporaries and persistent bytes). These become the same
+frames a run dir gives, so that every view computes tfprof's numbers from them:
+
+- one execution per (step, lane, start, duration), op_start_rel 0 and op_end_rel the
+  duration (tfprof already rounded 0 to 1us);
+- a step's memory on the node's first execution on its canonical device (views sum it);
+- the graph from the nodes (ingest's GraphDef reader on a GraphDef rebuilt from them), op
+  log types and float ops from op_types and float_ops, code frames from the traces.
+
+Not in a ProfileProto (`lacks`): per-allocator memory over time, the outputs' dtypes and
+shapes, per-stream and memcpy lanes, thread names.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from google.protobuf.message import DecodeError
+
+from analyzer import ingest
+from analyzer.errors import InputFileError, RunDirError
+from analyzer.proto import graph_pb2, tfprof_log_pb2
+from analyzer.sources import Part, Progress, Selection, SourceFrames
+
+_PROFILE_RE = re.compile(r"^profile_?(\d+)?$")
+_WHY = "not in tfprof profiles"
+LACKS = {
+    "memory": "per-allocator memory over time is not in tfprof profiles (per-node bytes are)",
+    "outputs": "output dtypes and shapes are " + _WHY,
+    "threads": _WHY,
+}
+
+
+def _candidates(folder: Path) -> list[tuple[int, Path]]:
+    found = []
+    for p in folder.iterdir():
+        m = _PROFILE_RE.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1) or -1), p))
+    return sorted(found)
+
+
+def parse(path: Path) -> tfprof_log_pb2.ProfileProto:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        profile = tfprof_log_pb2.ProfileProto.FromString(raw)
+    except (DecodeError, RuntimeError) as e:
+        raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})") from None
+    if not profile.nodes or not profile.steps:
+        raise InputFileError(f"{path}: not a tfprof ProfileProto (no nodes or no steps)")
+    return profile
+
+
+def _looks_like_profile(path: Path) -> bool:
+    try:
+        parse(path)
+    except InputFileError:
+        return False
+    return True
+
+
+def _starts_like_profile(path: Path) -> bool:
+    """A ProfileProto's first field is a `nodes` entry (field 1, length-delimited) or
+    has_trace/steps; cheap enough for detection (reading parses the whole file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) in (b"\x0a", b"\x10", b"\x18", b"\x1a")
+    except OSError:
+        return False
+
+
+def _strings(profile: Any) -> dict[int, str]:
+    return dict(profile.id_to_string)
+
+
+def _graph(profile: Any, where: str) -> pl.DataFrame:
+    """The nodes as a GraphDef (name, op, device, attrs, inputs) read by ingest."""
+    names = {node_id: node.name for node_id, node in profile.nodes.items()}
+    graph = graph_pb2.GraphDef()
+    for _, node in sorted(profile.nodes.items()):
+        nd = graph.node.add()
+        nd.name, nd.op, nd.device = node.name, node.op, node.canonical_device
+        nd.input.extend(names.get(node.inputs[i], "") for i in sorted(node.inputs))
+        for key, value in node.attrs.items():
+            nd.attr[key].CopyFrom(value)
+    return ingest.ingest_graph_defs([graph.SerializeToString()], where, "graph")
+
+
+def _op_log_and_code(profile: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+    strings = _strings(profile)
+    ops: dict[str, list] = {k: [] for k in ingest.OP_LOG_SCHEMA}
+    code: dict[str, list] = {k: [] for k in ingest.CODE_SCHEMA}
+    for _, node in sorted(profile.nodes.items()):
+        skip = {node.op, node.canonical_device}
+        ops["name"].append(node.name)
+        ops["float_ops"].append(node.float_ops)
+        ops["types"].append([t for t in node.op_types if t not in skip])
+        for depth, tr in enumerate(node.trace.traces):
+            code["name"].append(node.name)
+            code["depth"].append(depth)
+            code["file"].append(strings.get(tr.file_id, ""))
+            code["lineno"].append(tr.lineno)
+            code["function"].append(strings.get(tr.function_id, ""))
+            code["line"].append(strings.get(tr.line_id, ""))
+            code["func_start_line"].append(tr.func_start_line)
+    return (pl.DataFrame(ops, schema=ingest.OP_LOG_SCHEMA),
+            pl.DataFrame(code, schema=ingest.CODE_SCHEMA))
+
+
+def _executions(profile: Any) -> pl.DataFrame:
+    """One row per timed run of a node in a step; a step's memory on the node's first
+    run on its canonical device (views sum per node and step, so that is where it
+    counts). The protobuf walk only collects numbers; polars numbers and joins them."""
+    step_c: list[int] = []
+    lane_c: list[str] = []
+    name_c: list[str] = []
+    start_c: list[int] = []
+    dur_c: list[int] = []
+    mem_step: list[int] = []
+    mem_lane: list[str] = []
+    mem_name: list[str] = []
+    mem_values: list[tuple[int, int, int, int, int]] = []
+    memory_columns = ["mem_total_bytes", "mem_peak_bytes", "mem_live_bytes",
+                      "allocator_bytes_in_use", "output_bytes"]
+    ops: dict[str, str] = {}
+    for node in profile.nodes.values():
+        name = node.name
+        ops[name] = node.op
+        for step, ex in node.execs.items():
+            for execs in (ex.cpu_execs, ex.accelerator_execs):
+                for lane, times in execs.items():
+                    for t in times.times:
+                        start, dur = t.int64_values
+                        step_c.append(step)
+                        lane_c.append(lane)
+                        name_c.append(name)
+                        start_c.append(start)
+                        dur_c.append(dur)
+            m = ex.memory_execs
+            if not m:
+                continue
+            mem_step.append(step)
+            mem_lane.append(node.canonical_device)
+            mem_name.append(name)
+            if len(m) == 1:  # the usual case: one NodeExecStats on the canonical device
+                x = m[0]
+                mem_values.append((x.requested_bytes, x.peak_bytes, x.residual_bytes,
+                                   x.allocator_bytes_in_use, x.output_bytes))
+            else:
+                mem_values.append((sum(x.requested_bytes for x in m),
+                                   sum(x.peak_bytes for x in m),
+                                   sum(x.residual_bytes for x in m),
+                                   max(x.allocator_bytes_in_use for x in m),
+                                   sum(x.output_bytes for x in m)))
+    runs = pl.DataFrame({"step": step_c, "lane": lane_c, "node_name": name_c,
+                         "all_start_us": start_c, "dur_us": dur_c},
+                        schema={"step": pl.Int64, "lane": pl.String, "node_name": pl.String,
+                                "all_start_us": pl.Int64, "dur_us": pl.Int64})
+    values: list[Any] = (list(zip(*mem_values, strict=True)) if mem_values
+                         else [[] for _ in range(5)])
+    memory = pl.DataFrame(
+        {"step": mem_step, "lane": mem_lane, "node_name": mem_name,
+         **dict(zip(memory_columns, values, strict=True))},
+        schema={"step": pl.Int64, "lane": pl.String, "node_name": pl.String,
+                **{c: pl.Int64 for c in memory_columns}})
+    labels = pl.DataFrame({"node_name": list(ops), "op": list(ops.values())},
+                          schema={"node_name": pl.String, "op": pl.String})
+    zero = pl.lit(0, pl.Int64)
+    return (
+        runs.sort("step", "all_start_us", "lane", "node_name", maintain_order=True)
+        .with_columns(exec_idx=pl.int_range(pl.len(), dtype=pl.UInt32).over("step"),
+                      first=pl.int_range(pl.len()).over("step", "lane", "node_name") == 0)
+        .join(memory.with_columns(first=pl.lit(True)), on=["step", "lane", "node_name",
+                                                            "first"],
+              how="left", maintain_order="left")
+        .join(labels, on="node_name", how="left", maintain_order="left")
+        .select(
+            "step", "exec_idx", "all_start_us", op_start_rel_us=zero,
+            op_end_rel_us=pl.col("dur_us"), all_end_rel_us=pl.col("dur_us"),
+            scheduled_us=zero, start_ns=pl.col("all_start_us") * 1000, op_start_rel_ns=zero,
+            op_end_rel_ns=pl.col("dur_us") * 1000, all_end_rel_ns=pl.col("dur_us") * 1000,
+            scheduled_ns=zero, thread_id=pl.lit(0, pl.UInt32),
+            **{c: pl.col(c).fill_null(0) for c in memory_columns[:4]},
+            temp_bytes=zero, persistent_bytes=zero,
+            output_bytes=pl.col("output_bytes").fill_null(0),
+            lane="lane", node_name="node_name",
+            timeline_label=pl.format("{} = {}()", "node_name", "op"))
+    )
+
+
+class TfprofSource:
+    kind = "tfprof"
+    description = ("tfprof profiles (ProfileProto from Profiler.serialize_to_string or "
+                   "ProfileContext's profile_<step>), or their folder")
+
+    def accepts(self, path: Path) -> bool:
+        if path.is_dir():
+            found = _candidates(path)
+            return bool(found) and _looks_like_profile(found[-1][1])
+        if path.is_file() and _PROFILE_RE.match(path.name):
+            return _starts_like_profile(path)  # parsed (and judged) when read
+        return path.is_file() and _looks_like_profile(path)
+
+    def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        if path.is_dir():
+            found = _candidates(path)
+            if not found:
+                raise RunDirError(f"{path}: no profile_<step> file")
+            file = found[-1][1]  # the latest dump holds every step before it
+        elif path.is_file():
+            file = path
+        else:
+            raise RunDirError(f"{path}: no such file or directory")
+        return [Part(self.kind, path, "worker:0", (str(file),))]
+
+    def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
+        path = Path(part.files[0])
+        profile = parse(path)
+        try:
+            op_log, code = _op_log_and_code(profile)
+            frames = {"nodes": _executions(profile), "graph_nodes": _graph(profile, str(path)),
+                      "op_log": op_log, "code": code}
+        except (ValueError, IndexError) as e:  # e.g. a run time that is not (start, dur)
+            raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})") from None
+        lacks = dict(LACKS)
+        if not profile.has_trace or not code.height:
+            lacks["code"] = "this tfprof profile has no code traces"
+        return SourceFrames(frames, [], lacks)
+
+
+SOURCE = TfprofSource()

@@ -1,0 +1,57 @@
+"""Capture the real runs the CI validation study (benchmarks/ci_validation.py) resamples.
+
+Each capture is its own process (fixtures/compare_transformer.py), started `--gap`
+seconds after the previous one ends, configs interleaved, so same-config runs are
+separate processes minutes apart on a machine whose speed drifts, like CI runs are.
+
+usage: python benchmarks/ci_capture.py OUT_DIR [--steps 30] [--gap 60]
+Writes OUT_DIR/{tf_base,tf_wide,mlp_base,mlp_wide}_N (partition graphs dropped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# (name, extra arguments of fixtures/compare_transformer.py, how many runs)
+CONFIGS = [("tf_base", [], 8), ("mlp_base", ["--mlp"], 8),
+           ("tf_wide", ["--wide-block", "3"], 3), ("mlp_wide", ["--wide-mlp"], 2)]
+
+
+def schedule() -> list[tuple[str, list[str]]]:
+    """Interleave the configs: base runs spread over the whole session."""
+    todo = {name: [f"{name}_{i}" for i in range(n)] for name, _, n in CONFIGS}
+    args = {name: a for name, a, _ in CONFIGS}
+    out: list[tuple[str, list[str]]] = []
+    while any(todo.values()):
+        for name in todo:
+            if todo[name]:
+                out.append((todo[name].pop(0), args[name]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--gap", type=float, default=60.0)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for k, (run, extra) in enumerate(schedule()):
+        if (args.out / run).exists():
+            continue
+        if k:
+            time.sleep(args.gap)
+        started = time.time()
+        subprocess.run([sys.executable, str(REPO / "fixtures" / "compare_transformer.py"),
+                        "--out", str(args.out / run), "--steps", str(args.steps), *extra],
+                       check=True, stderr=subprocess.DEVNULL)
+        print(f"{time.strftime('%H:%M:%S')} {run} in {time.time() - started:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

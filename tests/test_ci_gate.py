@@ -1,0 +1,127 @@
+"""The CI gate on a realistic model (issue 11): a 6-block transformer with 10 traced steps
+a side (fixtures/compare/tf_*): two same-config captures minutes apart, whose machine speed
+differs, and one with block3's MLP 8x wider."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from analyzer.compare import Samples, compare, samples_from_run, warmup_steps
+from analyzer.load import load_run
+from analyzer.warmup import flag_steps
+from tests.conftest import ROOT, run_cli
+
+COMPARE = ROOT / "fixtures" / "compare"
+RUNS = ("tf_base_a", "tf_base_b", "tf_wide_block3")
+
+
+@pytest.fixture(scope="module")
+def tf() -> dict[str, Samples]:
+    return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)
+            for name in RUNS}
+
+
+def test_the_fixtures_are_what_the_issue_describes(tf):
+    for s in tf.values():
+        assert s.n_samples == 10
+        assert s.samples.select("kind", "name").n_unique() >= 150
+
+
+@pytest.mark.parametrize("base, new", [("tf_base_a", "tf_base_b"), ("tf_base_b", "tf_base_a")])
+def test_same_config_captured_apart_exits_0(tf, base, new):
+    result = compare(tf[base], tf[new])
+    assert result.regressions.height == 0, result.regressions.select(
+        "kind", "name", "effect_pct", "p_greater_adj").rows()
+    run_cli(["compare", COMPARE / base, COMPARE / new, "--no-cache"], expect_exit=0)
+
+
+@pytest.mark.parametrize("base", ["tf_base_a", "tf_base_b"])
+def test_the_wider_block_is_caught_and_named_first(tf, base):
+    result = compare(tf[base], tf["tf_wide_block3"])
+    first_two = result.regressions["name"].head(2).to_list()
+    # the widened MLP and its gradient scope (or its fc1/fc2 inside) come first
+    assert "gradients/block3/mlp" in first_two, first_two
+    assert all(n.startswith(("block3/mlp", "gradients/block3/mlp")) for n in first_two)
+    # no other block's scopes are called
+    called = result.regressions.filter(pl.col("kind") == "scope")["name"].to_list()
+    assert all("block3" in n.split("/")[:2] or n.startswith("GradientDescent") or
+               n == "gradients" for n in called), called
+    out = run_cli(["compare", COMPARE / base, COMPARE / "tf_wide_block3", "--no-cache"],
+                  expect_exit=1).output
+    regs = out.split("REGRESSIONS")[1].splitlines()[1:]
+    assert regs[0].split()[1].rstrip(":") in first_two
+    # the verdict line a reviewer reads: medians, change with its CI, p and the method
+    assert "95% CI" in regs[0] and "p = " in regs[0] and "exact Mann-Whitney U" in regs[0]
+
+
+def _slower(s: Samples, scope: str, factor: float) -> Samples:
+    """`scope` `factor` times slower in every step (its ancestors, op time and step time
+    grow by the same microseconds): a real capture with one scope made slower."""
+    extra = (s.samples.filter((pl.col("kind") == "scope") & (pl.col("name") == scope))
+             .select("sample", extra=pl.col("value_us") * (factor - 1)))
+    parts = scope.split("/")
+    hit = (pl.col("kind") == "step") | ((pl.col("kind") == "scope") & pl.col("name").is_in(
+        ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]))
+    out = s.samples.join(extra, on="sample").with_columns(
+        value_us=pl.col("value_us") + pl.when(hit).then(pl.col("extra")).otherwise(0.0)
+    ).drop("extra")
+    return Samples(s.source, out, s.node_medians, s.scope_depth)
+
+
+def test_a_3x_scope_of_3_percent_is_caught_though_step_time_is_in_the_noise(tf):
+    base, new = tf["tf_base_a"], tf["tf_base_b"]
+    med = new.samples.group_by("kind", "name").agg(pl.col("value_us").median())
+    step = med.filter(pl.col("name") == "step time")["value_us"][0]
+    # the smallest depth-3 scope that takes at least 3% of the step
+    scope = (med.filter((pl.col("kind") == "scope") & (pl.col("name").str.count_matches("/")
+                                                       == 2)
+                        & (pl.col("value_us") >= 0.03 * step))
+             .sort("value_us")["name"][0])
+    result = compare(base, _slower(new, scope, 3.0))
+    step_row = result.rows.filter(pl.col("name") == "step time")
+    assert step_row["verdict"][0] != "regression"  # step time alone would not tell
+    assert result.regressions["name"][0] == scope
+
+
+def test_warmup_and_outlier_steps_are_flagged_left_out_and_kept_on_request(tf):
+    # The rule itself: a leading slow step is warm-up; a slow step later is an outlier.
+    frame = pl.DataFrame({"worker": ["w"] * 10, "step": list(range(10)),
+                          "step_us": [30.0, 10, 10.5, 9.8, 10.2, 10, 25, 9.9, 10.1, 10]})
+    flags = flag_steps(frame)
+    assert flags["warmup"].to_list() == [True] + [False] * 9
+    assert flags["outlier"].to_list() == [True] + [False] * 5 + [True] + [False] * 3
+    assert flags["left_out"].to_list() == flags["outlier"].to_list()
+    # At most a quarter of the steps are left out: warm-up first, then the slowest.
+    many = flag_steps(frame.with_columns(step_us=pl.Series([30.0, 10, 10.5, 40, 10.2, 10, 25,
+                                                            9.9, 35, 10])))
+    assert many.filter("left_out")["step_us"].to_list() == [30.0, 40.0]
+    # On the captures: whatever is flagged is left out, and --keep-outliers keeps it.
+    for name, s in tf.items():
+        gone = warmup_steps(s).filter("left_out")["sample"].to_list()
+        result = compare(s, s)
+        assert result.excluded.get("base", []) == gone, name
+        kept = compare(s, s, keep_outliers=True)
+        assert kept.excluded == {} and kept.rows["n_base"][0] == 10
+    # A real capture whose first traced steps were slow (the small MLP's base_b): they
+    # are left out, reported in the JSON, and --keep-outliers keeps them.
+    args = ["compare", COMPARE / "base_a", COMPARE / "base_b", "--no-cache",
+            "--format", "json"]
+    doc = json.loads(run_cli(args).stdout)
+    kept = json.loads(run_cli([*args, "--keep-outliers"]).stdout)
+    assert kept["steps_left_out"] == {} and kept["metrics"][0]["n_new"] == 20
+    excluded = doc["steps_left_out"]["new"]
+    assert excluded[:2] == ["worker:0/4", "worker:0/5"]  # its two first steps: warm-up
+    assert doc["metrics"][0]["n_new"] == 20 - len(excluded)
+    assert set(excluded) <= set(kept["outlier_steps_kept"]["new"])
+
+
+def test_reports_carry_the_effect_its_interval_and_the_method(tmp_path):
+    args = ["compare", COMPARE / "tf_base_b", COMPARE / "tf_wide_block3", "--no-cache"]
+    md = run_cli([*args, "--format", "markdown"], expect_exit=1).output
+    assert "| change (95% CI) | p |" in md and "- gradients/block3/mlp: " in md
+    out = tmp_path / "junit.xml"
+    run_cli([*args, "--format", "junit", "-o", out], expect_exit=1)
+    assert "95% CI" in out.read_text() and "exact Mann-Whitney U" in out.read_text()
