@@ -133,8 +133,8 @@ def _with_digests(key: dict[str, Any], known: Mapping[str, list[Any]]
 def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
     """When the cache written under `stored` holds the inputs `key` describes (same
     version, worker and files, each unchanged: same stat and not racy, or the same
-    content), the indexes of the files whose stat changed but content did not; else
-    None."""
+    content), the indexes of the files whose content had to be compared (their stat
+    changed, or they were racy); else None."""
     if not isinstance(stored, dict) or any(stored.get(k) != key[k]
                                            for k in ("cache_version", "source", "worker")):
         return None
@@ -159,14 +159,15 @@ def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
             return None
         if digest != entry[5] or stat != now[1:5]:
             return None
-        if entry[2:5] != now[2:5]:
-            restat.append(i)
+        restat.append(i)  # its content is the frames': key.json takes its stat (no longer
+        # racy once old enough), so that the next load takes the fast path
     return restat
 
 
 def _refreshed(meta: dict[str, Any], key: dict[str, Any], restat: list[int]) -> bytes:
     """key.json with the new stat of files found unchanged by content (a copied or
-    touched run is digested once, not on every load)."""
+    touched run, or one analysed as soon as written, is digested once, not on every
+    load)."""
     files = [list(e) for e in meta["key"]["files"]]
     for i in restat:
         files[i][1:5] = key["files"][i][1:5]
