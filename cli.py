@@ -31,8 +31,15 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _one_line(text: str) -> str:
+    """A message on one line: its lines joined (a file name may hold a newline)."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn engine errors into one line on stderr and an exit code; never a traceback."""
+    """Turn engine errors into one line on stderr and an exit code; never a traceback
+    (unless RUNLENS_DEBUG is set). Errors of native libraries that derive from
+    BaseException (polars' PanicException) are internal errors too."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -41,17 +48,20 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except RunlensError as e:
-            _fail(f"error: {e}", EXIT_BAD_INPUT)
+            _fail(f"error: {_one_line(str(e))}", EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
         except BrokenPipeError:
             sys.stderr.close()  # `analyze ... | head`: the reader left, nothing to report
             sys.exit(0)
-        except Exception as e:
+        except (SystemExit, GeneratorExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - see the docstring
             if os.environ.get("RUNLENS_DEBUG"):
                 raise
+            first = (str(e).strip().splitlines() or [""])[0][:300]
             _fail(
-                f"internal error: {type(e).__name__}: {e} "
+                f"internal error: {type(e).__name__}: {first} "
                 "(set RUNLENS_DEBUG=1 to see the traceback, and please report it)",
                 EXIT_INTERNAL,
             )
@@ -86,17 +96,25 @@ def load(run_dir: str, no_cache: bool) -> Any:
     ctx = click.get_current_context(silent=True)
     source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
     progress = _Progress()
+
+    def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
+        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
+
     try:
         run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source,
-                       chosen=_selection(ctx))
+                       chosen=_selection(ctx), on_warning=warn_late)
     finally:
         progress.close()
     for warning in run.warnings:
-        click.echo(f"analyze: warning: {warning}", err=True)
+        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
     return run
 
 
-run_dir_argument = click.argument("run_dir", metavar="RUN_DIR", type=click.Path())
+# readable=False: the engine says what cannot be read, in one line (click: 4 lines).
+run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
+                                  type=click.Path(readable=False))
+
+
 def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     ctx.meta["runlens.workers"] = value
 
@@ -191,7 +209,8 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
 
 @main.command()
-@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(), required=False)
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(readable=False),
+                required=False)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,

@@ -29,14 +29,15 @@ class RunDirSource:
             return False
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
-        return [Part(self.kind, run.path, run.worker, _files(run), detail=run)
+        return [Part(self.kind, run.path, run.worker, _files(run), detail=run,
+                     warnings=run.warnings)
                 for run in rundir.find_runs(path, workers=chosen.workers)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         from analyzer.load import _load_run_dir
 
-        frames, warnings = _load_run_dir(part.detail, jobs, progress)
-        return SourceFrames(frames, warnings)
+        frames, warnings, digests = _load_run_dir(part.detail, jobs, progress, digests=True)
+        return SourceFrames(frames, warnings, digests=digests)
 
 
 def _files(run: rundir.RunDir) -> tuple[str, ...]:

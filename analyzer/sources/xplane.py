@@ -184,33 +184,12 @@ class XPlaneSource:
         return parts
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        """One host's file. An unreadable one among several is a warning (that worker is
-        left out); when none of a run folder's files can be read, an error."""
-        siblings = part.detail or (part.path,)
-        try:
-            result = read_file(part.path, part.worker, jobs=jobs)
-        except InputFileError as e:
-            failed = self._failed.setdefault(siblings, set())
-            failed.add(part.path)
-            if len(siblings) == 1:
-                raise
-            if failed >= set(siblings):
-                raise RunDirError(f"{part.path.parent}: no readable .xplane.pb file "
-                                  f"({len(failed)} skipped; last: {e})") from None
-            result = _unread(part.worker, str(e))
+        """One host's file. An unreadable one raises InputFileError naming it; load_run
+        leaves that worker out with a warning when the run has others."""
+        result = read_file(part.path, part.worker, jobs=jobs)
         if progress:
             progress(1, 1)
         return result
-
-    def __init__(self) -> None:
-        self._failed: dict[tuple[Path, ...], set[Path]] = {}
-
-
-def _unread(worker: str, warning: str) -> SourceFrames:
-    """A host file that could not be read: no frames, the warning that says why."""
-    from analyzer.sources import empty_frames
-
-    return SourceFrames(frames=empty_frames(worker), warnings=[warning])
 
 
 SOURCE = XPlaneSource()
