@@ -526,8 +526,8 @@ def _emit(text: str, output: str | None) -> None:
 
 
 @main.command()
-@click.argument("base", metavar="BASE", type=click.Path())
-@click.argument("new", metavar="NEW", type=click.Path())
+@click.argument("base", metavar="BASE", type=click.Path(readable=False))
+@click.argument("new", metavar="NEW", type=click.Path(readable=False))
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
                                   "noise) that counts as a regression, on top of the "
@@ -593,7 +593,7 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
 
 
 @main.command()
-@click.argument("path", metavar="PATH", type=click.Path())
+@click.argument("path", metavar="PATH", type=click.Path(readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="The HTML file to write.")
 @no_cache_option

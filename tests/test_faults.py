@@ -217,7 +217,24 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     target = tmp_path / "r"
     faults.copy_run(FIXTURES / "plain_session", target)
     target.chmod(0o700)
+    baseline = tmp_path / "base.json"
+    baseline.write_text("{}")
+    baseline.chmod(0o600)
     tmp_path.chmod(0o755)
+    commands = [["summary", str(target)], ["compare", str(target), str(target)],
+                ["compare", str(baseline), str(target)],
+                ["report", str(target), "-o", str(tmp_path / "nobody.html")]]
+    # nobody cannot read this interpreter's own files (root's home): import what the
+    # commands import lazily before the fork, by running them once here as root.
+    from click.testing import CliRunner
+
+    from cli import main
+
+    faults.copy_run(FIXTURES / "plain_session", tmp_path / "warm" / "r")
+    (tmp_path / "warm" / "base.json").write_text("{}")
+    for args in commands:
+        CliRunner().invoke(main, [a.replace(str(tmp_path), str(tmp_path / "warm"))
+                                  for a in args])
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nobody, running the CLI in-process (it cannot exec python)
@@ -231,18 +248,21 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
 
             from cli import main
 
-            result = CliRunner().invoke(main, ["summary", str(target)])
-            os.write(write_end, json.dumps([result.exit_code, result.output]).encode())
+            results = [CliRunner().invoke(main, args) for args in commands]
+            os.write(write_end, json.dumps([[r.exit_code, r.output] for r in results]).encode())
             code = 0
         finally:
             os._exit(code)
     os.close(write_end)
     with os.fdopen(read_end) as f:
-        exit_code, output = json.loads(f.read() or "[null, \"child failed\"]")
+        results = json.loads(f.read() or "[]")
     os.waitpid(pid, 0)
-    assert exit_code == 2, output
-    lines = output.strip().splitlines()
-    assert len(lines) == 1 and "cannot read" in lines[0] and "Traceback" not in output
+    assert len(results) == len(commands), "the child failed"
+    for args, (exit_code, output) in zip(commands, results, strict=True):
+        assert exit_code == 2, (args, output)
+        lines = output.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in output, (args, output)
+        assert ("base.json" if str(baseline) in args else str(target)) in lines[0], args
 
 
 # ----------------------------------------------------------------------------- cache
