@@ -119,9 +119,12 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* Output columns, written in place: the line's events are counted first, so each column
+ * is allocated once at its final size (as the bytes object returned), never regrown or
+ * copied; fresh memory costs page faults, the larger part of decoding a big file. */
 typedef struct {
     int64_t *mid, *off, *dur, *stats, *hashes, *at;
-    size_t n, cap;
+    size_t n;
 } Events;
 
 /* FNV-1a of a string value: the key by which the caller tells strings apart. */
@@ -129,31 +132,6 @@ static int64_t fnv1a(const uint8_t *p, const uint8_t *end) {
     uint64_t h = 1469598103934665603ULL;
     for (; p < end; p++) h = (h ^ *p) * 1099511628211ULL;
     return (int64_t)(h >> 1) | 1; /* never 0: 0 means "not a string" */
-}
-
-static int events_grow_to(Events *e, size_t k, size_t cap);
-
-static int events_grow(Events *e, size_t k) {
-    if (e->n < e->cap) return 0;
-    return events_grow_to(e, k, e->cap ? e->cap * 2 : 1024);
-}
-
-static int events_grow_to(Events *e, size_t k, size_t cap) {
-    int64_t *a = realloc(e->mid, cap * 8), *b, *c, *d;
-    if (!a) return -1;
-    e->mid = a;
-    if (!(b = realloc(e->off, cap * 8))) return -1;
-    e->off = b;
-    if (!(c = realloc(e->dur, cap * 8))) return -1;
-    e->dur = c;
-    if (!(d = realloc(e->stats, cap * 8 * (k ? k : 1)))) return -1;
-    e->stats = d;
-    if (!(d = realloc(e->hashes, cap * 8 * (k ? k : 1)))) return -1;
-    e->hashes = d;
-    if (!(d = realloc(e->at, cap * 8 * 2))) return -1;
-    e->at = d;
-    e->cap = cap;
-    return 0;
 }
 
 /* One XEvent's fields into row `i`; -1 on malformed input. */
@@ -217,10 +195,6 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
     return 0;
 }
 
-static PyObject *col(const int64_t *data, size_t n) {
-    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)(n * 8));
-}
-
 static PyObject *decode_line(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *wanted;
@@ -233,16 +207,13 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
         if (ids[j] == -1 && PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
     }
     Reader r = {view.buf, (const uint8_t *)view.buf + view.len};
-    Events e = {0};
-    /* Room for about as many events as the line holds, so that columns rarely regrow
-     * (a failure here is met again, and reported, by the first events_grow). */
-    if ((size_t)view.len / 48 > 1024) (void)events_grow_to(&e, k, (size_t)view.len / 48);
     int64_t line_id = 0, ts = 0;
     const uint8_t *name = NULL, *display = NULL;
-    size_t name_len = 0, display_len = 0;
-    int bad = 0, nomem = 0;
+    size_t name_len = 0, display_len = 0, count = 0;
+    int bad = 0;
+    /* Pass 1: the line's own fields, and how many events it holds. */
     Py_BEGIN_ALLOW_THREADS
-    while (r.p < r.end && !bad && !nomem) {
+    while (r.p < r.end) {
         uint64_t key, v;
         if (varint(&r, &key)) { bad = 1; break; }
         int field = (int)(key >> 3), wire = (int)(key & 7);
@@ -254,33 +225,59 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
             if (sub(&r, &s)) { bad = 1; break; }
             if (field == 2) { name = s.p; name_len = (size_t)(s.end - s.p); }
             else if (field == 11) { display = s.p; display_len = (size_t)(s.end - s.p); }
-            else {
-                if (events_grow(&e, k)) { nomem = 1; break; }
-                e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
-                e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
-                if (decode_event(&s, &e, ids, k)) bad = 1;
-            }
+            else count++;
+        } else if (skip(&r, wire)) {
+            bad = 1;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) { PyBuffer_Release(&view); return malformed("line"); }
+    PyObject *cols[6];
+    const size_t widths[6] = {1, 1, 1, k, k, 2};
+    for (int c = 0; c < 6; c++) {
+        cols[c] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * widths[c] * 8));
+        if (!cols[c]) {
+            for (int d = 0; d < c; d++) Py_DECREF(cols[d]);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    Events e = {
+        (int64_t *)PyBytes_AS_STRING(cols[0]), (int64_t *)PyBytes_AS_STRING(cols[1]),
+        (int64_t *)PyBytes_AS_STRING(cols[2]), (int64_t *)PyBytes_AS_STRING(cols[3]),
+        (int64_t *)PyBytes_AS_STRING(cols[4]), (int64_t *)PyBytes_AS_STRING(cols[5]), 0};
+    /* Pass 2: the events (the structure is known sound; their insides are checked). */
+    r.p = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (r.p < r.end && !bad) {
+        uint64_t key, v;
+        if (varint(&r, &key)) { bad = 1; break; }
+        int field = (int)(key >> 3), wire = (int)(key & 7);
+        if (wire == 2 && field == 4) {
+            Reader s;
+            if (sub(&r, &s) || e.n >= count) { bad = 1; break; }
+            e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
+            e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
+            if (decode_event(&s, &e, ids, k)) bad = 1;
+        } else if (wire == 0) {
+            if (varint(&r, &v)) bad = 1;
         } else if (skip(&r, wire)) {
             bad = 1;
         }
     }
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (bad) malformed("line");
-    else if (nomem) PyErr_NoMemory();
-    else
+    if (bad || e.n != count) {
+        malformed("line");
+        for (int c = 0; c < 6; c++) Py_DECREF(cols[c]);
+    } else {
         result = Py_BuildValue(
             "(LLy#y#nNNNNNN)", (long long)line_id, (long long)ts,
             name ? (const char *)name : "", (Py_ssize_t)name_len,
             display ? (const char *)display : "", (Py_ssize_t)display_len,
-            (Py_ssize_t)e.n, col(e.mid, e.n), col(e.off, e.n), col(e.dur, e.n),
-            col(e.stats, e.n * k), col(e.hashes, e.n * k), col(e.at, e.n * 2));
-    free(e.mid);
-    free(e.at);
-    free(e.hashes);
-    free(e.off);
-    free(e.dur);
-    free(e.stats);
+            (Py_ssize_t)e.n, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+    }
     PyBuffer_Release(&view);
     return result;
 }
