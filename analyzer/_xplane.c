@@ -6,9 +6,11 @@
  * not copied) directly into columns:
  *   split_plane(buf)             -> (list of (offset, length) of its lines, the plane's
  *                                   other bytes: name and metadata, for protobuf)
- *   decode_line(buf, stat_ids)   -> (id, timestamp_ns, name, display_name, n,
- *                                   metadata_id, offset_ps, duration_ps, stats)
- *       columns as int64 bytes; `stats` is n x len(stat_ids) int64: the integer value
+ *   decode_line(buf, stat_ids, keep=None)
+ *                                -> (id, timestamp_ns, name, display_name, n,
+ *                                   metadata_id, offset_ps, duration_ps, stats, hashes, at)
+ *       columns as int64 bytes, of the events whose metadata_id is set in the bytes
+ *       `keep` (every event when None): the first n rows of each are filled; `stats` is n x len(stat_ids) int64: the integer value
  *       (int64, uint64 or ref) of each wanted stat of each event, ABSENT where the event
  *       has none, OTHER where its value is a string, bytes or double; and `hashes`, same
  *       shape: a hash of each string value (0 elsewhere), by which the caller tells
@@ -135,7 +137,19 @@ static int64_t fnv1a(const uint8_t *p, const uint8_t *end) {
 }
 
 /* One XEvent's fields into row `i`; -1 on malformed input. */
-static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
+/* Events whose metadata_id is not set in `keep` (when given) are left out: their other
+ * fields are not read (a host line is mostly executor events no reader needs). */
+typedef struct {
+    const uint8_t *bits;
+    size_t len;
+} Keep;
+
+static int kept(const Keep *keep, uint64_t mid) {
+    return !keep->bits || (mid < keep->len && keep->bits[mid]);
+}
+
+static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k,
+                        const Keep *keep) {
     size_t i = e->n;
     int64_t *row = e->stats + i * k, *hrow = e->hashes + i * k;
     e->mid[i] = 0;
@@ -151,7 +165,10 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
         int field = (int)(key >> 3), wire = (int)(key & 7);
         if (wire == 0 && (field == 1 || field == 2 || field == 3 || field == 5)) {
             if (varint(r, &v)) return -1;
-            if (field == 1) e->mid[i] = (int64_t)v;
+            if (field == 1) {
+                if (!kept(keep, v)) return 0; /* not counted: the row is reused */
+                e->mid[i] = (int64_t)v;
+            }
             else if (field == 2) e->off[i] = (int64_t)v;
             else if (field == 3) e->dur[i] = (int64_t)v;
         } else if (field == 4 && wire == 2) {
@@ -191,14 +208,26 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
             return -1;
         }
     }
+    if (!kept(keep, (uint64_t)e->mid[i])) return 0;
     e->n++;
     return 0;
 }
 
 static PyObject *decode_line(PyObject *self, PyObject *args) {
     Py_buffer view;
-    PyObject *wanted;
-    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyTuple_Type, &wanted)) return NULL;
+    PyObject *wanted, *keep_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*O!|O", &view, &PyTuple_Type, &wanted, &keep_obj))
+        return NULL;
+    Keep keep = {NULL, 0};
+    if (keep_obj != Py_None) {
+        if (!PyBytes_Check(keep_obj)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "keep: bytes or None");
+            return NULL;
+        }
+        keep.bits = (const uint8_t *)PyBytes_AS_STRING(keep_obj);
+        keep.len = (size_t)PyBytes_GET_SIZE(keep_obj);
+    }
     size_t k = (size_t)PyTuple_GET_SIZE(wanted);
     int64_t ids[16];
     if (k > 16) { PyBuffer_Release(&view); return malformed("too many stats asked"); }
@@ -259,7 +288,7 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
             if (sub(&r, &s) || e.n >= count) { bad = 1; break; }
             e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
             e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
-            if (decode_event(&s, &e, ids, k)) bad = 1;
+            if (decode_event(&s, &e, ids, k, &keep)) bad = 1;
         } else if (wire == 0) {
             if (varint(&r, &v)) bad = 1;
         } else if (skip(&r, wire)) {
@@ -268,7 +297,7 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (bad || e.n != count) {
+    if (bad) {
         malformed("line");
         for (int c = 0; c < 6; c++) Py_DECREF(cols[c]);
     } else {

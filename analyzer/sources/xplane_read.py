@@ -241,7 +241,10 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                       for i in ids], dtype=np.int64)
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
                      "allocation_bytes", "requested_bytes", "allocator_name")
-    for thread, line in enumerate(plane.lines(wanted, jobs)):
+    # Only op, marker and memory events are read (JAX thunks are "other" events with an
+    # hlo_op stat: then all).
+    keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
+    for thread, line in enumerate(plane.lines(wanted, jobs, keep)):
         if not len(line.mid):
             continue
         base_ps = line.timestamp_ns * 1000
