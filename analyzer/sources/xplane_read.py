@@ -121,8 +121,7 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
         return dur.copy()  # nothing nests (the common case): self time = duration
     if xplane_wire._xplane is not None:
-        out = np.frombuffer(xplane_wire._xplane.self_times(s.tobytes(), d.tobytes()),
-                            np.int64).copy()
+        out = np.frombuffer(xplane_wire._xplane.self_times(s, d), np.int64)
     else:
         out = d.copy()
         stack: list[int] = []
@@ -323,8 +322,9 @@ def _read_device(plane: Plane, device: str, ops: Ops, jobs: int) -> None:
                 node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
             named.append(ops.name_id(f"{node}:{kernel}", op_type))
         stream = int(m.group(1))
-        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur.copy(),
-                line.dur.copy(), np.array(named, np.int64)[inverse],
+        # Kernels nest nothing: self time = duration (the columns are copied at the end).
+        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur, line.dur,
+                np.array(named, np.int64)[inverse],
                 _groups(line, group_stat, index))
         ops.threads[(lane_name, stream)] = line.name
 
