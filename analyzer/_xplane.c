@@ -6,9 +6,11 @@
  * not copied) directly into columns:
  *   split_plane(buf)             -> (list of (offset, length) of its lines, the plane's
  *                                   other bytes: name and metadata, for protobuf)
- *   decode_line(buf, stat_ids)   -> (id, timestamp_ns, name, display_name, n,
- *                                   metadata_id, offset_ps, duration_ps, stats)
- *       columns as int64 bytes; `stats` is n x len(stat_ids) int64: the integer value
+ *   decode_line(buf, stat_ids, keep=None)
+ *                                -> (id, timestamp_ns, name, display_name, n,
+ *                                   metadata_id, offset_ps, duration_ps, stats, hashes, at)
+ *       columns as int64 bytes, of the events whose metadata_id is set in the bytes
+ *       `keep` (every event when None): the first n rows of each are filled; `stats` is n x len(stat_ids) int64: the integer value
  *       (int64, uint64 or ref) of each wanted stat of each event, ABSENT where the event
  *       has none, OTHER where its value is a string, bytes or double; and `hashes`, same
  *       shape: a hash of each string value (0 elsewhere), by which the caller tells
@@ -119,9 +121,12 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* Output columns, written in place: the line's events are counted first, so each column
+ * is allocated once at its final size (as the bytes object returned), never regrown or
+ * copied; fresh memory costs page faults, the larger part of decoding a big file. */
 typedef struct {
     int64_t *mid, *off, *dur, *stats, *hashes, *at;
-    size_t n, cap;
+    size_t n;
 } Events;
 
 /* FNV-1a of a string value: the key by which the caller tells strings apart. */
@@ -131,33 +136,20 @@ static int64_t fnv1a(const uint8_t *p, const uint8_t *end) {
     return (int64_t)(h >> 1) | 1; /* never 0: 0 means "not a string" */
 }
 
-static int events_grow_to(Events *e, size_t k, size_t cap);
-
-static int events_grow(Events *e, size_t k) {
-    if (e->n < e->cap) return 0;
-    return events_grow_to(e, k, e->cap ? e->cap * 2 : 1024);
-}
-
-static int events_grow_to(Events *e, size_t k, size_t cap) {
-    int64_t *a = realloc(e->mid, cap * 8), *b, *c, *d;
-    if (!a) return -1;
-    e->mid = a;
-    if (!(b = realloc(e->off, cap * 8))) return -1;
-    e->off = b;
-    if (!(c = realloc(e->dur, cap * 8))) return -1;
-    e->dur = c;
-    if (!(d = realloc(e->stats, cap * 8 * (k ? k : 1)))) return -1;
-    e->stats = d;
-    if (!(d = realloc(e->hashes, cap * 8 * (k ? k : 1)))) return -1;
-    e->hashes = d;
-    if (!(d = realloc(e->at, cap * 8 * 2))) return -1;
-    e->at = d;
-    e->cap = cap;
-    return 0;
-}
-
 /* One XEvent's fields into row `i`; -1 on malformed input. */
-static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
+/* Events whose metadata_id is not set in `keep` (when given) are left out: their other
+ * fields are not read (a host line is mostly executor events no reader needs). */
+typedef struct {
+    const uint8_t *bits;
+    size_t len;
+} Keep;
+
+static int kept(const Keep *keep, uint64_t mid) {
+    return !keep->bits || (mid < keep->len && keep->bits[mid]);
+}
+
+static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k,
+                        const Keep *keep) {
     size_t i = e->n;
     int64_t *row = e->stats + i * k, *hrow = e->hashes + i * k;
     e->mid[i] = 0;
@@ -173,7 +165,10 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
         int field = (int)(key >> 3), wire = (int)(key & 7);
         if (wire == 0 && (field == 1 || field == 2 || field == 3 || field == 5)) {
             if (varint(r, &v)) return -1;
-            if (field == 1) e->mid[i] = (int64_t)v;
+            if (field == 1) {
+                if (!kept(keep, v)) return 0; /* not counted: the row is reused */
+                e->mid[i] = (int64_t)v;
+            }
             else if (field == 2) e->off[i] = (int64_t)v;
             else if (field == 3) e->dur[i] = (int64_t)v;
         } else if (field == 4 && wire == 2) {
@@ -213,18 +208,26 @@ static int decode_event(Reader *r, Events *e, const int64_t *ids, size_t k) {
             return -1;
         }
     }
+    if (!kept(keep, (uint64_t)e->mid[i])) return 0;
     e->n++;
     return 0;
 }
 
-static PyObject *col(const int64_t *data, size_t n) {
-    return PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)(n * 8));
-}
-
 static PyObject *decode_line(PyObject *self, PyObject *args) {
     Py_buffer view;
-    PyObject *wanted;
-    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyTuple_Type, &wanted)) return NULL;
+    PyObject *wanted, *keep_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*O!|O", &view, &PyTuple_Type, &wanted, &keep_obj))
+        return NULL;
+    Keep keep = {NULL, 0};
+    if (keep_obj != Py_None) {
+        if (!PyBytes_Check(keep_obj)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "keep: bytes or None");
+            return NULL;
+        }
+        keep.bits = (const uint8_t *)PyBytes_AS_STRING(keep_obj);
+        keep.len = (size_t)PyBytes_GET_SIZE(keep_obj);
+    }
     size_t k = (size_t)PyTuple_GET_SIZE(wanted);
     int64_t ids[16];
     if (k > 16) { PyBuffer_Release(&view); return malformed("too many stats asked"); }
@@ -233,16 +236,13 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
         if (ids[j] == -1 && PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
     }
     Reader r = {view.buf, (const uint8_t *)view.buf + view.len};
-    Events e = {0};
-    /* Room for about as many events as the line holds, so that columns rarely regrow
-     * (a failure here is met again, and reported, by the first events_grow). */
-    if ((size_t)view.len / 48 > 1024) (void)events_grow_to(&e, k, (size_t)view.len / 48);
     int64_t line_id = 0, ts = 0;
     const uint8_t *name = NULL, *display = NULL;
-    size_t name_len = 0, display_len = 0;
-    int bad = 0, nomem = 0;
+    size_t name_len = 0, display_len = 0, count = 0;
+    int bad = 0;
+    /* Pass 1: the line's own fields, and how many events it holds. */
     Py_BEGIN_ALLOW_THREADS
-    while (r.p < r.end && !bad && !nomem) {
+    while (r.p < r.end) {
         uint64_t key, v;
         if (varint(&r, &key)) { bad = 1; break; }
         int field = (int)(key >> 3), wire = (int)(key & 7);
@@ -254,33 +254,59 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
             if (sub(&r, &s)) { bad = 1; break; }
             if (field == 2) { name = s.p; name_len = (size_t)(s.end - s.p); }
             else if (field == 11) { display = s.p; display_len = (size_t)(s.end - s.p); }
-            else {
-                if (events_grow(&e, k)) { nomem = 1; break; }
-                e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
-                e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
-                if (decode_event(&s, &e, ids, k)) bad = 1;
-            }
+            else count++;
+        } else if (skip(&r, wire)) {
+            bad = 1;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) { PyBuffer_Release(&view); return malformed("line"); }
+    PyObject *cols[6];
+    const size_t widths[6] = {1, 1, 1, k, k, 2};
+    for (int c = 0; c < 6; c++) {
+        cols[c] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * widths[c] * 8));
+        if (!cols[c]) {
+            for (int d = 0; d < c; d++) Py_DECREF(cols[d]);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    Events e = {
+        (int64_t *)PyBytes_AS_STRING(cols[0]), (int64_t *)PyBytes_AS_STRING(cols[1]),
+        (int64_t *)PyBytes_AS_STRING(cols[2]), (int64_t *)PyBytes_AS_STRING(cols[3]),
+        (int64_t *)PyBytes_AS_STRING(cols[4]), (int64_t *)PyBytes_AS_STRING(cols[5]), 0};
+    /* Pass 2: the events (the structure is known sound; their insides are checked). */
+    r.p = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (r.p < r.end && !bad) {
+        uint64_t key, v;
+        if (varint(&r, &key)) { bad = 1; break; }
+        int field = (int)(key >> 3), wire = (int)(key & 7);
+        if (wire == 2 && field == 4) {
+            Reader s;
+            if (sub(&r, &s) || e.n >= count) { bad = 1; break; }
+            e.at[2 * e.n] = (int64_t)(s.p - (const uint8_t *)view.buf);
+            e.at[2 * e.n + 1] = (int64_t)(s.end - s.p);
+            if (decode_event(&s, &e, ids, k, &keep)) bad = 1;
+        } else if (wire == 0) {
+            if (varint(&r, &v)) bad = 1;
         } else if (skip(&r, wire)) {
             bad = 1;
         }
     }
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (bad) malformed("line");
-    else if (nomem) PyErr_NoMemory();
-    else
+    if (bad) {
+        malformed("line");
+        for (int c = 0; c < 6; c++) Py_DECREF(cols[c]);
+    } else {
         result = Py_BuildValue(
             "(LLy#y#nNNNNNN)", (long long)line_id, (long long)ts,
             name ? (const char *)name : "", (Py_ssize_t)name_len,
             display ? (const char *)display : "", (Py_ssize_t)display_len,
-            (Py_ssize_t)e.n, col(e.mid, e.n), col(e.off, e.n), col(e.dur, e.n),
-            col(e.stats, e.n * k), col(e.hashes, e.n * k), col(e.at, e.n * 2));
-    free(e.mid);
-    free(e.at);
-    free(e.hashes);
-    free(e.off);
-    free(e.dur);
-    free(e.stats);
+            (Py_ssize_t)e.n, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+    }
     PyBuffer_Release(&view);
     return result;
 }

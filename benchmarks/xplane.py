@@ -97,9 +97,10 @@ import polars as pl
 from analyzer.load import load_run
 run = load_run(sys.argv[1], use_cache=False, jobs=2)
 ops = run.nodes_lazy().group_by("op_type").agg(pl.col("op_end_rel_ns").sum()).collect()
+r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"seconds": time.perf_counter() - t, "executions": run.executions.height,
-                  "op_types": ops.height,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "op_types": ops.height, "cpu": r.ru_utime + r.ru_stime,
+                  "peak_rss": r.ru_maxrss * 1024}))
 """
 
 _XPROF = """
@@ -107,8 +108,9 @@ import json, resource, sys, time
 t = time.perf_counter()
 from xprof.convert import raw_to_tool_data
 data, _ = raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], "framework_op_stats", {})
+r = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"seconds": time.perf_counter() - t, "bytes": len(data or b""),
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "cpu": r.ru_utime + r.ru_stime, "peak_rss": r.ru_maxrss * 1024}))
 """
 
 _BASELINE = """
@@ -119,31 +121,43 @@ print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 
 
-def _child(code: str, *args: str) -> dict:
+def _child(code: str, *args: str, repo: Path = REPO) -> dict:
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         cwd=REPO, check=True)
+                         cwd=repo, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(path: Path, repeat: int) -> None:
+def _line(what: str, runs: list[dict]) -> float:
+    best = min(r["seconds"] for r in runs)
+    print(f"{what}: best {best:.2f} s of {[round(r['seconds'], 2) for r in runs]}; "
+          f"CPU (user+sys, all threads) best {min(r['cpu'] for r in runs):.2f} s")
+    return best
+
+
+def run(path: Path, repeat: int, before: Path | None = None) -> None:
+    """Each repeat runs runlens (and the `before` checkout's, if given) then xprof, so
+    that all see the same load."""
     size = path.stat().st_size
     base = _child(_BASELINE)["peak_rss"]
-    ours = [_child(_RUNLENS, str(path)) for _ in range(repeat)]
-    theirs = []
+    ours, old, theirs = [], [], []
     for _ in range(repeat):
+        ours.append(_child(_RUNLENS, str(path)))
+        if before is not None:
+            old.append(_child(_RUNLENS, str(path), repo=before))
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             copy = Path(tmp) / path.name
             shutil.copy(path, copy)
             theirs.append(_child(_XPROF, str(copy)))
-    best_ours = min(r["seconds"] for r in ours)
-    best_theirs = min(r["seconds"] for r in theirs)
     peak = max(r["peak_rss"] for r in ours)
     print(f"file {size / 2**20:.0f} MiB, {ours[0]['executions']:,} op executions")
-    print(f"runlens load + per-op: best {best_ours:.2f} s of "
-          f"{[round(r['seconds'], 2) for r in ours]}")
-    print(f"xprof framework_op_stats: best {best_theirs:.2f} s of "
-          f"{[round(r['seconds'], 2) for r in theirs]}")
-    print(f"speed-up {best_theirs / best_ours:.1f}x")
+    best_ours = _line("runlens load + per-op", ours)
+    if old:
+        best_old = _line(f"runlens at {before} (before)", old)
+        print(f"before: peak RSS {max(r['peak_rss'] for r in old) / size:.2f}x the file; "
+              f"speed-up {min(r['seconds'] for r in theirs) / best_old:.1f}x")
+    best_theirs = _line("xprof framework_op_stats", theirs)
+    print(f"speed-up {best_theirs / best_ours:.1f}x (CPU time: "
+          f"{min(r['cpu'] for r in theirs) / min(r['cpu'] for r in ours):.1f}x)")
     print(f"runlens peak RSS {peak / 2**20:.0f} MiB = {peak / size:.2f}x the file "
           f"({(peak - base) / 2**20:.0f} MiB above the {base / 2**20:.0f} MiB of its imports); "
           f"xprof peak RSS {max(r['peak_rss'] for r in theirs) / 2**20:.0f} MiB")
@@ -159,13 +173,15 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("path", type=Path)
     r.add_argument("--repeat", type=int, default=2)
+    r.add_argument("--before", type=Path,
+                   help="another checkout (built) to time too, e.g. the commit before a change")
     args = ap.parse_args()
     if args.cmd == "build":
         started = time.perf_counter()
         build(args.source, args.copies, args.out)
         print(f"in {time.perf_counter() - started:.0f} s")
     else:
-        run(args.path, args.repeat)
+        run(args.path, args.repeat, args.before)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,10 @@ def test_each_host_file_is_a_worker(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content, message", [
     (b"", "no planes"),
     (b"\x0a\xff\xff\xff\xff\x0f", "not a readable XSpace profile"),
+    # A well-framed host plane whose one line holds a malformed event (found by fuzzing:
+    # the line decoder's error escaped as a traceback).
+    (b"\x0a\x14\x12\x09/host:CPU\x1a\x07\x22\x05\xff\xff\xff\xff\xff",
+     "not a readable XSpace profile"),
 ])
 def test_a_bad_file_is_one_line_exit_2(tmp_path: Path, content: bytes, message: str) -> None:
     bad = tmp_path / "bad.xplane.pb"

@@ -125,7 +125,10 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
     False walks it with protobuf (the C decoder's oracle in tests)."""
     planes = planes_of(path, native)
-    ops, extra = read_planes(planes, jobs)
+    try:
+        ops, extra = read_planes(planes, jobs)
+    except (ValueError, DecodeError) as e:  # a malformed line or event inside the planes
+        raise InputFileError(f"{path}: not a readable XSpace profile ({e})") from None
     if not ops.start_ps:
         raise InputFileError(f"{path}: no op events (a TF2/JAX profile of no op?)")
     frames = frames_of(ops, extra, worker)

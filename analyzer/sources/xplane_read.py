@@ -121,8 +121,7 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
         return dur.copy()  # nothing nests (the common case): self time = duration
     if xplane_wire._xplane is not None:
-        out = np.frombuffer(xplane_wire._xplane.self_times(s.tobytes(), d.tobytes()),
-                            np.int64).copy()
+        out = np.frombuffer(xplane_wire._xplane.self_times(s, d), np.int64)
     else:
         out = d.copy()
         stack: list[int] = []
@@ -241,7 +240,10 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                       for i in ids], dtype=np.int64)
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
                      "allocation_bytes", "requested_bytes", "allocator_name")
-    for thread, line in enumerate(plane.lines(wanted, jobs)):
+    # Only op, marker and memory events are read (JAX thunks are "other" events with an
+    # hlo_op stat: then all).
+    keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
+    for thread, line in enumerate(plane.lines(wanted, jobs, keep)):
         if not len(line.mid):
             continue
         base_ps = line.timestamp_ns * 1000
@@ -320,8 +322,9 @@ def _read_device(plane: Plane, device: str, ops: Ops, jobs: int) -> None:
                 node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
             named.append(ops.name_id(f"{node}:{kernel}", op_type))
         stream = int(m.group(1))
-        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur.copy(),
-                line.dur.copy(), np.array(named, np.int64)[inverse],
+        # Kernels nest nothing: self time = duration (the columns are copied at the end).
+        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur, line.dur,
+                np.array(named, np.int64)[inverse],
                 _groups(line, group_stat, index))
         ops.threads[(lane_name, stream)] = line.name
 

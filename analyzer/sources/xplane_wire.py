@@ -101,10 +101,13 @@ class Plane:
         self.stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
         self.stat_ids = {v: k for k, v in self.stat_names.items()}
 
-    def lines(self, wanted: tuple[int, ...], jobs: int = 2) -> Iterator[Line]:
+    def lines(self, wanted: tuple[int, ...], jobs: int = 2,
+              keep: set[int] | None = None) -> Iterator[Line]:
         """Each line's columns, in order. Natively, the next `jobs - 1` lines are decoded
         in threads meanwhile (the decoder releases the GIL); at most `jobs` lines are in
-        memory at once."""
+        memory at once. `keep`: the metadata ids of the events the caller reads; natively
+        the others are left out of the columns (not decoded at all), else all are."""
+        bits = _bitmap(keep)
         if self._buf is None:
             for item in self._lines:
                 yield _columns_of(item, wanted)
@@ -113,29 +116,31 @@ class Plane:
             pending: deque[Future] = deque()
             items = iter(self._lines)
             for item in itertools.islice(items, max(jobs, 1)):
-                pending.append(pool.submit(self._decode, item, wanted))
+                pending.append(pool.submit(self._decode, item, wanted, bits))
             while pending:
                 line = pending.popleft().result()
                 for item in itertools.islice(items, 1):
-                    pending.append(pool.submit(self._decode, item, wanted))
+                    pending.append(pool.submit(self._decode, item, wanted, bits))
                 yield line
 
-    def _decode(self, item: tuple[int, int], wanted: tuple[int, ...]) -> Line:
+    def _decode(self, item: tuple[int, int], wanted: tuple[int, ...],
+                bits: bytes | None) -> Line:
         offset, length = item
         raw = self._buf[offset: offset + length]
         _, ts, name, display, n, mid, off, dur, stats, hashes, at = _xplane.decode_line(
-            raw, wanted)
+            raw, wanted, bits)
         self._release(offset, length)
         k = len(wanted)
-        table = np.frombuffer(stats, np.int64).reshape(n, k)
-        texts = np.frombuffer(hashes, np.int64).reshape(n, k)
+        # The first n rows are filled (the columns have room for every event).
+        table = np.frombuffer(stats, np.int64, n * k).reshape(n, k)
+        texts = np.frombuffer(hashes, np.int64, n * k).reshape(n, k)
         return Line(
             name=(display or name).decode("utf-8", "replace"), timestamp_ns=ts,
-            mid=np.frombuffer(mid, np.int64), off=np.frombuffer(off, np.int64),
-            dur=np.frombuffer(dur, np.int64),
+            mid=np.frombuffer(mid, np.int64, n), off=np.frombuffer(off, np.int64, n),
+            dur=np.frombuffer(dur, np.int64, n),
             stats={s: table[:, j] for j, s in enumerate(wanted)},
             hashes={s: texts[:, j] for j, s in enumerate(wanted)}, raw=raw,
-            at=np.frombuffer(at, np.int64).reshape(n, 2))
+            at=np.frombuffer(at, np.int64, 2 * n).reshape(n, 2))
 
     def _release(self, offset: int, length: int) -> None:
         """Drop the decoded line's file pages from this process (they are read again if
@@ -148,6 +153,17 @@ class Plane:
         end -= end % mmap.PAGESIZE  # whole pages only: a neighbour may still be read
         if end > start:
             self._mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+def _bitmap(ids: set[int] | None) -> bytes | None:
+    """`ids` as a byte per metadata id (1: kept), None (keep all) when they are too
+    sparse for that."""
+    if ids is None or (ids and (min(ids) < 0 or max(ids) >= 1 << 24)):
+        return None
+    bits = bytearray(max(ids, default=-1) + 1)
+    for i in ids:
+        bits[i] = 1
+    return bytes(bits)
 
 
 def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
