@@ -188,6 +188,8 @@ def main() -> None:
                     help="try another analyzer.compare.SPIKE_CAP (0: no cap)")
     ap.add_argument("--scope-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
                     help="try other scope floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
+    ap.add_argument("--op-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
+                    help="try other op type floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
     ap.add_argument("--step-floors", type=float, nargs=2, metavar=("STEP", "OP"),
                     help="try other step time / op time floors (%%)")
     args = ap.parse_args()
@@ -197,12 +199,16 @@ def main() -> None:
     if args.scope_floors:
         big, mid, small = (f / 100 for f in args.scope_floors)
         gate.SCOPE_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
+    if args.op_floors:
+        big, mid, small = (f / 100 for f in args.op_floors)
+        gate.OP_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
     if args.step_floors:
         gate.STEP_FLOORS = {gate.STEP_TIME: args.step_floors[0] / 100,
                             gate.OP_TIME: args.step_floors[1] / 100}
     if args.spike_cap is not None:
         gate.SPIKE_CAP = args.spike_cap or None
-    print(f"floors: step {gate.STEP_FLOORS}, scopes/op types {gate.SCOPE_FLOORS}; "
+    print(f"floors: step {gate.STEP_FLOORS}, scopes {gate.SCOPE_FLOORS}, op types "
+          f"{gate.OP_FLOORS}; at least {gate.NOISE_FLOOR_US} us; "
           f"spike cap {gate.SPIKE_CAP}")
     models = {"transformer": ("tf_base", "tf_wide"), "mlp": ("mlp_base", "mlp_wide")}
     pl.Config.set_tbl_rows(100)
