@@ -163,3 +163,19 @@ def test_reports_carry_the_effect_its_interval_and_the_method(tmp_path):
     out = tmp_path / "junit.xml"
     run_cli([*args, "--format", "junit", "-o", out], expect_exit=1)
     assert "95% CI" in out.read_text() and "exact Mann-Whitney U" in out.read_text()
+
+
+def test_the_wall_step_time_gates_only_without_normalization(tf):
+    # A run with every step three times as long through waiting alone (no op slower):
+    # on a shared machine that is what contention looks like (docs/ci.md), so only op
+    # time and the scopes decide; --no-normalize (dedicated hardware) lets it fail.
+    base, new = tf["tf_base_a"], tf["tf_base_b"]
+    wall = pl.col("name") == "step time"
+    idle = Samples(new.source, new.samples.with_columns(
+        value_us=pl.when(wall).then(pl.col("value_us") * 3).otherwise(pl.col("value_us"))),
+        new.node_medians, new.scope_depth, new.meta)
+    shared = compare(base, idle).rows.filter(wall).row(0, named=True)
+    assert shared["effect_low_pct"] > shared["floor_pct"]  # it did move beyond the floor
+    assert shared["verdict"] == "unchanged"
+    dedicated = compare(base, idle, normalize=False).rows.filter(wall)
+    assert dedicated["verdict"][0] == "regression"
