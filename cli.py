@@ -543,7 +543,8 @@ def _emit(text: str, output: str | None) -> None:
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Compare name scopes down to this depth.")
 @click.option("--no-normalize", is_flag=True,
-              help="Do not divide out the machine-wide factor (use on dedicated machines).")
+              help="Do not divide out the machine-wide factor, and let the wall step "
+                   "time fail the build too (use on dedicated machines).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit",
                                                    "html"]),
               default="text", show_default=True,

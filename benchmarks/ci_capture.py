@@ -4,7 +4,7 @@ Each capture is its own process (fixtures/compare_transformer.py), started `--ga
 seconds after the previous one ends, configs interleaved, so same-config runs are
 separate processes minutes apart on a machine whose speed drifts, like CI runs are.
 
-usage: python benchmarks/ci_capture.py OUT_DIR [--steps 30] [--gap 60]
+usage: python benchmarks/ci_capture.py OUT_DIR [--steps 30] [--gap 60] [--runs tf_base=4 ...]
 Writes OUT_DIR/{tf_base,tf_wide,mlp_base,mlp_wide}_N (partition graphs dropped).
 """
 
@@ -22,9 +22,10 @@ CONFIGS = [("tf_base", [], 8), ("mlp_base", ["--mlp"], 8),
            ("tf_wide", ["--wide-block", "3"], 3), ("mlp_wide", ["--wide-mlp"], 2)]
 
 
-def schedule() -> list[tuple[str, list[str]]]:
+def schedule(counts: dict[str, int] | None = None) -> list[tuple[str, list[str]]]:
     """Interleave the configs: base runs spread over the whole session."""
-    todo = {name: [f"{name}_{i}" for i in range(n)] for name, _, n in CONFIGS}
+    todo = {name: [f"{name}_{i}" for i in range(n if counts is None else counts.get(name, 0))]
+            for name, _, n in CONFIGS}
     args = {name: a for name, a, _ in CONFIGS}
     out: list[tuple[str, list[str]]] = []
     while any(todo.values()):
@@ -39,9 +40,15 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--gap", type=float, default=60.0)
+    ap.add_argument("--runs", nargs="*", metavar="CONFIG=N",
+                    help="only these configs, N runs each (e.g. tf_base=4 mlp_base=4): "
+                         "a held-out set for the study")
     args = ap.parse_args()
+    counts = None
+    if args.runs:
+        counts = {k: int(v) for k, v in (r.split("=") for r in args.runs)}
     args.out.mkdir(parents=True, exist_ok=True)
-    for k, (run, extra) in enumerate(schedule()):
+    for k, (run, extra) in enumerate(schedule(counts)):
         if (args.out / run).exists():
             continue
         if k:

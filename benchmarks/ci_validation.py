@@ -21,6 +21,7 @@ process, started about a minute apart, 30 traced steps each.
   interval, by the metric's share of the step.
 
 usage: python benchmarks/ci_validation.py CAPTURE_DIR [--floors] [--resamples 4]
+       [--draws 40] [--sizes 5 10 20] [--spike-cap 1.5] [--scope-floors ...]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def subset(s: Samples, n: int, rng: random.Random) -> Samples:
     ids = sorted(s.samples["sample"].unique().to_list())
     chosen = rng.sample(ids, n)
     return Samples(s.source, s.samples.filter(pl.col("sample").is_in(chosen)),
-                   s.node_medians, s.scope_depth)
+                   s.node_medians, s.scope_depth, s.meta)
 
 
 def inject(s: Samples, scope: str | None, pct: float) -> Samples:
@@ -78,7 +79,7 @@ def inject(s: Samples, scope: str | None, pct: float) -> Samples:
     out = s.samples.join(added, on="sample", how="left").with_columns(
         value_us=pl.col("value_us") + pl.when(hit).then(pl.col("added")).otherwise(0.0)
     ).drop("added")
-    return Samples(s.source, out, s.node_medians, s.scope_depth)
+    return Samples(s.source, out, s.node_medians, s.scope_depth, s.meta)
 
 
 def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
@@ -119,14 +120,18 @@ def floors(runs: list[Samples]) -> pl.DataFrame:
 
 
 def study(name: str, base: list[Samples], wide: list[Samples], resamples: int,
-          rng: random.Random) -> list[dict]:
+          rng: random.Random, sizes: tuple[int, ...] = SIZES, draws: int = 40,
+          split: int | None = None) -> list[dict]:
+    """The rates table of one model; with `split`, only pairs of one run below index
+    `split` and one from `split` on (two capture sessions against each other)."""
     out = []
-    pairs = list(itertools.permutations(range(len(base)), 2))
+    pairs = [(i, j) for i, j in itertools.permutations(range(len(base)), 2)
+             if split is None or (i < split) != (j < split)]
     scope5, share5 = pick_scope(base[0], 0.05)
     scope3, share3 = pick_scope(base[0], 0.03)
     print(f"{name}: {len(base)} runs, {len(pairs)} ordered pairs; injected scope "
           f"{scope5} ({share5:.1%} of step), {scope3} ({share3:.1%})", flush=True)
-    for n in SIZES:
+    for n in sizes:
         alarms = total = 0
         first = None
         for i, j in pairs:
@@ -146,7 +151,10 @@ def study(name: str, base: list[Samples], wide: list[Samples], resamples: int,
                   ("idle", 30, "step time +30% (idle, no op time)")]
         for scope, pct, label in cases:
             hits = 0
-            chosen = rng.sample(pairs, min(len(pairs), 40))
+            # `draws` pairs: without replacement while there are enough, else with
+            # (each draw has its own random steps on both sides).
+            chosen = (rng.sample(pairs, draws) if len(pairs) >= draws
+                      else [rng.choice(pairs) for _ in range(draws)])
             for i, j in chosen:
                 new = inject(subset(base[j], n, rng), scope, pct)
                 hits += called(compare(subset(base[i], n, rng), new), scope)
@@ -168,9 +176,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("capture", type=Path)
     ap.add_argument("--floors", action="store_true", help="only the run-to-run variation")
-    ap.add_argument("--resamples", type=int, default=4)
+    ap.add_argument("--resamples", type=int, default=4,
+                    help="same-config draws per ordered pair of runs")
+    ap.add_argument("--draws", type=int, default=40, help="draws per injected case")
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
+                    help="steps a side to study")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="pair each run of CAPTURE_DIR only with the same config's runs "
+                         "of this other capture session (both orders)")
+    ap.add_argument("--spike-cap", type=float, default=None,
+                    help="try another analyzer.compare.SPIKE_CAP (0: no cap)")
     ap.add_argument("--scope-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
                     help="try other scope floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
+    ap.add_argument("--op-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
+                    help="try other op type floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
     ap.add_argument("--step-floors", type=float, nargs=2, metavar=("STEP", "OP"),
                     help="try other step time / op time floors (%%)")
     args = ap.parse_args()
@@ -180,10 +199,17 @@ def main() -> None:
     if args.scope_floors:
         big, mid, small = (f / 100 for f in args.scope_floors)
         gate.SCOPE_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
+    if args.op_floors:
+        big, mid, small = (f / 100 for f in args.op_floors)
+        gate.OP_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
     if args.step_floors:
         gate.STEP_FLOORS = {gate.STEP_TIME: args.step_floors[0] / 100,
                             gate.OP_TIME: args.step_floors[1] / 100}
-    print(f"floors: step {gate.STEP_FLOORS}, scopes/op types {gate.SCOPE_FLOORS}")
+    if args.spike_cap is not None:
+        gate.SPIKE_CAP = args.spike_cap or None
+    print(f"floors: step {gate.STEP_FLOORS}, scopes {gate.SCOPE_FLOORS}, op types "
+          f"{gate.OP_FLOORS}; at least {gate.NOISE_FLOOR_US} us; "
+          f"spike cap {gate.SPIKE_CAP}")
     models = {"transformer": ("tf_base", "tf_wide"), "mlp": ("mlp_base", "mlp_wide")}
     pl.Config.set_tbl_rows(100)
     pl.Config.set_tbl_width_chars(200)
@@ -191,12 +217,18 @@ def main() -> None:
     results = []
     for name, (b, w) in models.items():
         base = load(args.capture, b)
+        split = None
+        if args.against:
+            split = len(base)
+            base += load(args.against, b)
         if args.floors:
             print(name, "normalized change between separate same-config runs (%):")
             print(floors(base))
             continue
+        if len(base) < 2:
+            continue
         results += study(name, base, load(args.capture, w), args.resamples,
-                         random.Random(SEED))
+                         random.Random(SEED), tuple(args.sizes), args.draws, split)
     if results:
         table = pl.DataFrame(results).with_columns(pl.col("rate").round(3))
         print(table.drop("example"))

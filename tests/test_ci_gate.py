@@ -86,6 +86,44 @@ def test_a_3x_scope_of_3_percent_is_caught_though_step_time_is_in_the_noise(tf):
     assert result.regressions["name"][0] == scope
 
 
+def _more_op_work(s: Samples, share_of_step: float) -> Samples:
+    """Every step gets `share_of_step` of its wall time more op work (op time and step
+    time grow; no scope or op type of the family sees it): a 30% slower step."""
+    extra = (s.samples.filter(pl.col("name") == "step time")
+             .select("sample", extra=pl.col("value_us") * share_of_step))
+    out = s.samples.join(extra, on="sample").with_columns(
+        value_us=pl.col("value_us") + pl.when(pl.col("kind") == "step").then(pl.col("extra"))
+        .otherwise(0.0)).drop("extra")
+    return Samples(s.source, out, s.node_medians, s.scope_depth, s.meta)
+
+
+def test_contention_spikes_are_capped_so_a_30pct_slower_step_shows_in_op_time(monkeypatch):
+    # tf_base_a was captured on a busy machine: in 4 of its 10 steps some ops were
+    # descheduled and op time (the sum of op times) spiked up to 2.8x its median.
+    run_a = load_run(COMPARE / "tf_base_a", use_cache=False)
+    run_b = load_run(COMPARE / "tf_base_b", use_cache=False)
+
+    def op_time(s: Samples) -> pl.Series:
+        return s.samples.filter(pl.col("name") == "op time")["value_us"]
+
+    monkeypatch.setattr("analyzer.compare.SPIKE_CAP", None)
+    raw_a, raw_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")
+    monkeypatch.undo()
+    capped_a, capped_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")
+    assert op_time(raw_a).max() > 2 * op_time(raw_a).median()
+    assert op_time(capped_a).max() < 1.25 * op_time(capped_a).median()
+    assert (op_time(capped_a) <= op_time(raw_a) + 1e-6).all()
+    # The same run b, 30% slower through op work, against the spiky base a: with the
+    # cap, op time is a regression; without it the spikes hide it (step time, the wall
+    # span, moves too much between processes to tell either way).
+    verdict = {}
+    for name, (base, new) in {"capped": (capped_a, capped_b), "raw": (raw_a, raw_b)}.items():
+        rows = compare(base, _more_op_work(new, 0.30)).rows
+        verdict[name] = rows.filter(pl.col("name") == "op time")["verdict"][0]
+        assert compare(base, new).regressions.height == 0
+    assert verdict == {"capped": "regression", "raw": "unchanged"}, verdict
+
+
 def test_warmup_and_outlier_steps_are_flagged_left_out_and_kept_on_request(tf):
     # The rule itself: a leading slow step is warm-up; a slow step later is an outlier.
     frame = pl.DataFrame({"worker": ["w"] * 10, "step": list(range(10)),
@@ -125,3 +163,19 @@ def test_reports_carry_the_effect_its_interval_and_the_method(tmp_path):
     out = tmp_path / "junit.xml"
     run_cli([*args, "--format", "junit", "-o", out], expect_exit=1)
     assert "95% CI" in out.read_text() and "exact Mann-Whitney U" in out.read_text()
+
+
+def test_the_wall_step_time_gates_only_without_normalization(tf):
+    # A run with every step three times as long through waiting alone (no op slower):
+    # on a shared machine that is what contention looks like (docs/ci.md), so only op
+    # time and the scopes decide; --no-normalize (dedicated hardware) lets it fail.
+    base, new = tf["tf_base_a"], tf["tf_base_b"]
+    wall = pl.col("name") == "step time"
+    idle = Samples(new.source, new.samples.with_columns(
+        value_us=pl.when(wall).then(pl.col("value_us") * 3).otherwise(pl.col("value_us"))),
+        new.node_medians, new.scope_depth, new.meta)
+    shared = compare(base, idle).rows.filter(wall).row(0, named=True)
+    assert shared["effect_low_pct"] > shared["floor_pct"]  # it did move beyond the floor
+    assert shared["verdict"] == "unchanged"
+    dedicated = compare(base, idle, normalize=False).rows.filter(wall)
+    assert dedicated["verdict"][0] == "regression"
