@@ -3,7 +3,8 @@
 All are optional: where they cannot be compiled, runlens installs anyway. Without the
 StepStats decoder, ingest falls back to its protobuf walk (same frames, ~20x slower);
 without the JSON row renderer, the timeline is rendered by polars (same bytes, slower);
-without the XSpace decoder, xplane files are walked with protobuf (same frames, slower).
+without the XSpace decoder, xplane files are walked with protobuf (same frames, slower);
+without the ProfileProto run reader, tfprof profiles' runs are walked with protobuf.
 """
 
 from setuptools import Extension, setup
@@ -19,6 +20,12 @@ setup(
         Extension(
             "analyzer._xplane",
             sources=["analyzer/_xplane.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-std=c99"],
+        ),
+        Extension(
+            "analyzer._tfprof",
+            sources=["analyzer/_tfprof.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),

@@ -15,7 +15,9 @@ usage: python benchmarks/sources.py [--timelines 10000] [--profile-steps 1000]
    - tf.timeline, what wrote the files: `Timeline(step_stats)
      .generate_chrome_trace_format()` and writing the string, per step (as ProfilerHook).
    The two baselines run --oracle-steps steps (default 1,000) and are scaled linearly to
-   --timelines steps (both cost the same per step; the table says so).
+   --timelines steps (both cost the same per step; the table says so). tfprof's fixed
+   cost (import the graph, make the Profiler, views of one step) is timed apart on 1
+   step and not scaled: t(N) = t(1) + (t(m) - t(1)) * (N - 1) / (m - 1).
 2. A ProfileProto of --profile-steps steps: a tfprof Profiler fed the RunMetadata of the
    fixture round-robin (not timed), serialized to profile_<N>.
    - tfprof: load it (`ProfilerFromFile`, what the tfprof CLI does with --profile_path)
@@ -23,6 +25,10 @@ usage: python benchmarks/sources.py [--timelines 10000] [--profile-steps 1000]
    - runlens: `load_run(file)` + the same four views, --no-cache, cold and warm.
 
 Each figure is the best of --repeat runs (default 3). Needs TensorFlow (dev extra).
+--before DIR also times runlens from another checkout (e.g. `git worktree add DIR main`,
+with its C extensions built) on the same files in the same run; each runlens figure is
+timed in a child process (imports not timed; best of 2 there), ours and the checkout's
+taking turns --repeat times (on a shared machine the load moves between minutes).
 """
 
 from __future__ import annotations
@@ -83,7 +89,39 @@ def drop_cache(path: Path) -> Callable[[], None]:
     return drop
 
 
-def runlens_rows(path: Path, views: tuple[str, ...], repeat: int) -> dict[str, float]:
+def runlens_rows(path: Path, views: tuple[str, ...], repeat: int,
+                 repos: list[Path]) -> list[dict[str, float]]:
+    """no-cache, cold and warm of runlens imported from each of `repos`, each timed in a
+    child process (best of 2 there), the repos taking turns `repeat` times so that each
+    sees the same load; best per repo and mode."""
+    import json
+    import subprocess
+
+    best_of: list[dict[str, float]] = [{} for _ in repos]
+    for _ in range(repeat):
+        for i, repo in enumerate(repos):
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(repo), str(path), ",".join(views),
+                 "2", str(JOBS or 0)], check=True, capture_output=True, text=True).stdout
+            for mode, s in json.loads(out.strip().splitlines()[-1]).items():
+                best_of[i][mode] = min(s, best_of[i].get(mode, s))
+    return best_of
+
+
+def child(repo: str, path: str, views: str, repeat: str, jobs: str) -> None:
+    import json
+
+    global JOBS
+    JOBS = int(jobs) or None
+    sys.path.insert(0, repo)
+    import analyzer
+
+    assert Path(analyzer.__file__).resolve().is_relative_to(Path(repo).resolve()), (
+        f"runlens imported from {analyzer.__file__}, not {repo}")
+    print(json.dumps(_runlens_rows(Path(path), tuple(views.split(",")), int(repeat))))
+
+
+def _runlens_rows(path: Path, views: tuple[str, ...], repeat: int) -> dict[str, float]:
     from analyzer import cache
 
     drop = drop_cache(path)
@@ -129,7 +167,8 @@ def tfprof_add_steps(steps: int) -> Any:
     return prof
 
 
-def bench_timelines(n: int, oracle_steps: int, repeat: int, tmp: Path) -> list[dict]:
+def bench_timelines(n: int, oracle_steps: int, repeat: int, tmp: Path,
+                    before: Path | None) -> list[dict]:
     from tensorflow.python.client import timeline as tf_timeline
 
     folder = tmp / "timelines"
@@ -138,18 +177,21 @@ def bench_timelines(n: int, oracle_steps: int, repeat: int, tmp: Path) -> list[d
     for i in range(n):
         shutil.copyfile(sources[i % len(sources)], folder / f"timeline-{i + 1}.json")
     views = ("ops", "scopes", "graph")
-    ours = runlens_rows(folder, views, repeat)
+    timed = runlens_rows(folder, views, repeat, [REPO, *([before] if before else [])])
+    ours, old = timed[0], (timed[1] if before else {})
     m = min(n, oracle_steps)
     opts = tfprof_options()
 
-    def tfprof() -> None:
-        prof = tfprof_add_steps(m)
+    def tfprof(steps: int) -> None:
+        prof = tfprof_add_steps(steps)
         prof.profile_operations(opts)
         prof.profile_name_scope(opts)
         prof.profile_graph(opts)
         del prof
 
-    tfprof_s = best(tfprof, repeat) * n / m
+    tfprof_m = best(lambda: tfprof(m), repeat)
+    tfprof_1 = best(lambda: tfprof(1), repeat)
+    tfprof_s = tfprof_1 + (tfprof_m - tfprof_1) * (n - 1) / max(m - 1, 1)
     mds = hook_steps()
     out_dir = tmp / "tf_timeline"
     out_dir.mkdir()
@@ -163,14 +205,18 @@ def bench_timelines(n: int, oracle_steps: int, repeat: int, tmp: Path) -> list[d
     rows = [{"what": f"tfprof: add_step x{n:,} + op/scope/graph views"
                      + (f" (measured on {m:,}, scaled)" if m < n else ""), "s": tfprof_s},
             {"what": f"tf.timeline: write {n:,} timelines"
-                     + (f" (measured on {m:,}, scaled)" if m < n else ""), "s": timeline_s}]
-    for mode, s in ours.items():
-        rows.append({"what": f"runlens {mode}: {n:,} timeline files + op/scope/graph views",
-                     "s": s, "vs tfprof": tfprof_s / s, "vs tf.timeline": timeline_s / s})
+                     + (f" (measured on {m:,}, scaled)" if m < n else ""), "s": timeline_s},
+            {"what": f"(tfprof measured: {m:,} steps {tfprof_m:.3f} s, 1 step "
+                     f"{tfprof_1:.3f} s)", "s": tfprof_m}]
+    for who, times in (("runlens before", old), ("runlens", ours)):
+        for mode, s in times.items():
+            rows.append({"what": f"{who} {mode}: {n:,} timeline files + op/scope/graph "
+                                 "views", "s": s, "vs tfprof": tfprof_s / s,
+                         "vs tf.timeline": timeline_s / s})
     return rows
 
 
-def bench_profile(steps: int, repeat: int, tmp: Path) -> list[dict]:
+def bench_profile(steps: int, repeat: int, tmp: Path, before: Path | None) -> list[dict]:
     from tensorflow.python.util import _pywrap_tfprof as print_mdl
 
     prof = tfprof_add_steps(steps)
@@ -188,14 +234,23 @@ def bench_profile(steps: int, repeat: int, tmp: Path) -> list[dict]:
             print_mdl.Profile(cmd, opts)
         print_mdl.DeleteProfiler()
 
+    def tfprof_load() -> None:
+        print_mdl.ProfilerFromFile(str(target).encode())
+        print_mdl.DeleteProfiler()
+
     tfprof_s = best(tfprof, repeat)
-    ours = runlens_rows(target, ("ops", "scopes", "code", "graph"), repeat)
+    load_s = best(tfprof_load, repeat)
+    views = ("ops", "scopes", "code", "graph")
+    timed = runlens_rows(target, views, repeat, [REPO, *([before] if before else [])])
+    ours, old = timed[0], (timed[1] if before else {})
     size = target.stat().st_size / 1e6
     rows = [{"what": f"tfprof: load a {steps:,}-step profile ({size:.1f} MB) + op/scope/"
-                     "code/graph views", "s": tfprof_s}]
-    for mode, s in ours.items():
-        rows.append({"what": f"runlens {mode}: the same profile + the four views", "s": s,
-                     "vs tfprof": tfprof_s / s})
+                     "code/graph views", "s": tfprof_s},
+            {"what": "(tfprof: its load alone)", "s": load_s}]
+    for who, times in (("runlens before", old), ("runlens", ours)):
+        for mode, s in times.items():
+            rows.append({"what": f"{who} {mode}: the same profile + the four views",
+                         "s": s, "vs tfprof": tfprof_s / s})
     return rows
 
 
@@ -208,6 +263,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(*argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--timelines", type=int, default=10_000)
     ap.add_argument("--profile-steps", type=int, default=1_000)
@@ -216,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", choices=["timeline", "tfprof"])
     ap.add_argument("--jobs", type=int, default=None,
                     help="load_run(jobs=...) (default: os.cpu_count())")
+    ap.add_argument("--before", type=Path, help="also time runlens from this checkout")
     a = ap.parse_args(argv)
     global JOBS
     JOBS = a.jobs
@@ -225,10 +284,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="runlens-bench-sources-") as tmp:
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "user-cache")
         if a.only in (None, "timeline"):
-            print(table(bench_timelines(a.timelines, a.oracle_steps, a.repeat, Path(tmp))),
+            print(table(bench_timelines(a.timelines, a.oracle_steps, a.repeat, Path(tmp),
+                                              a.before)),
                   flush=True)
         if a.only in (None, "tfprof"):
-            print(table(bench_profile(a.profile_steps, a.repeat, Path(tmp))), flush=True)
+            print(table(bench_profile(a.profile_steps, a.repeat, Path(tmp), a.before)),
+                  flush=True)
 
 
 if __name__ == "__main__":
