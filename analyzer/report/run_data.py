@@ -24,6 +24,7 @@ from analyzer.render.units import fmt_us
 from analyzer.render.views import view_doc
 from analyzer.steps import median_step, step_times
 from analyzer.steps import summary as run_summary
+from analyzer.stepselect import analysed
 from analyzer.views import VIEWS, ViewOptions
 from analyzer.warmup import flag_steps
 
@@ -93,7 +94,7 @@ def op_nodes(run: Run) -> dict[str, Any]:
     MAX_NODES_PER_TYPE largest and the rest as one sum, for the op-type breakdown's
     drill-down. The same per-node numbers the op view sums (nodestats.node_stats at step
     -1), so a type's nodes add up to its row of `analyze ops`."""
-    n = (node_stats(run, -1).with_columns(op_type=kernel_label_expr())  # as `analyze ops`
+    n = (node_stats(analysed(run), -1).with_columns(op_type=kernel_label_expr())  # as `analyze ops`
          .group_by("op_type", "name").agg(pl.col("micros").sum())
          .filter(pl.col("micros") > 0)
          .sort(["op_type", "micros", "name"], descending=[False, True, False])
@@ -122,7 +123,7 @@ def steps_section(run: Run) -> dict[str, Any]:
 def critical_path_section(run: Run) -> dict[str, Any]:
     if not run.steps:
         return {"missing": "No steps in this source."}
-    doc = json.loads(critical_path_json(critical_path(run, median_step(run))))
+    doc = json.loads(critical_path_json(critical_path(run, median_step(analysed(run)))))
     if not doc["ops"]:
         return {"missing": "No critical path: the source has no dataflow graph for its ops."}
     doc["ops_total"] = len(doc["ops"])
@@ -137,7 +138,7 @@ def memory_section(run: Run) -> dict[str, Any]:
     (cumulative within the step, as the timeline's memory counters)."""
     if not run.steps:
         return {"missing": "No steps in this source."}
-    step = median_step(run)
+    step = median_step(analysed(run))
     a = (run.allocations.lazy().filter((pl.col("step") == step) & (pl.col("alloc_us") > 0))
          .select("worker", "allocator_name", "alloc_us", "alloc_bytes").collect())
     if not a.height:
