@@ -645,7 +645,8 @@ def report(path: str, output: str, no_cache: bool) -> None:
     from analyzer.report import run_page
 
     run = load(path, no_cache)
-    _emit(run_page(run, checkers.run_checks(run, steps=_choice()), path), output)
+    choice = _choice()
+    _emit(run_page(run, checkers.run_checks(run, steps=choice), path, choice), output)
     click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
 
 
@@ -660,10 +661,15 @@ def baseline() -> None:
               help="The baseline file to write (JSON).")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Keep name scopes down to this depth.")
+@click.option("--steps", "step_range", metavar="A:B", default=None,
+              help="Save only the traced steps from A to B, inclusive (A: or :B leave an "
+                   "end open). Warm-up and outlier steps are saved: compare leaves them "
+                   "out.")
 @no_cache_option
 @source_option
 @handle_errors
-def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -> None:
+def baseline_save(run_dir: str, output: str, scope_depth: int, step_range: str | None,
+                  no_cache: bool) -> None:
     """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.
 
     `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
@@ -672,11 +678,13 @@ def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -
 
     from analyzer.compare import samples_from_run, save_baseline
     from analyzer.errors import RunlensError
+    from analyzer.stepselect import StepChoice, analysed
 
     target = Path(output)
     if not target.parent.is_dir():
         raise RunlensError(f"{output}: directory {target.parent} does not exist")
-    samples = samples_from_run(load(run_dir, no_cache), run_dir, scope_depth=scope_depth)
+    run = analysed(load(run_dir, no_cache), StepChoice.parse(step_range, include_warmup=True))
+    samples = samples_from_run(run, run_dir, scope_depth=scope_depth)
     save_baseline(samples, target)
     click.echo(f"baseline: {samples.n_samples} steps, "
                f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output} "

@@ -16,8 +16,8 @@ import pytest
 
 import checkers
 from analyzer.load import load_run
-from analyzer.stepselect import StepChoice, analysed, step_flags
 from analyzer.steps import median_step
+from analyzer.stepselect import StepChoice, analysed, step_flags
 from analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from tests.conftest import FIXTURES, ROOT, run_cli
 
@@ -122,3 +122,18 @@ def test_compare_include_warmup_is_keep_outliers():
     b = run_cli(["compare", BASE_B, ROOT / "fixtures/compare/base_a", "--format", "json",
                  "--keep-outliers"]).output
     assert a == b
+
+
+def test_report_and_baseline_take_the_step_options(tmp_path):
+    from analyzer.report.run_data import run_data
+
+    run = load_run(FIXTURES / "cnn", use_cache=False)
+    kept = run_data(run, [], "cnn", StepChoice(include_warmup=True))["ops"]["total"]["micros"]
+    default = run_data(run, [], "cnn")["ops"]["total"]["micros"]
+    assert kept == op_view(run, ViewOptions(include_warmup=True)).root["micros"]
+    assert default == op_view(run, ViewOptions()).root["micros"] != kept
+    run_cli(["report", FIXTURES / "cnn", "-o", tmp_path / "r.html", "--include-warmup",
+             "--steps", "6:"])
+    run_cli(["baseline", "save", BASE_B, "-o", tmp_path / "b.json", "--steps", "6:10"])
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert len({s for s in json.dumps(doc).split('"') if s.startswith("worker:0/")}) == 5

@@ -24,7 +24,7 @@ from analyzer.render.units import fmt_us
 from analyzer.render.views import view_doc
 from analyzer.steps import median_step, step_times
 from analyzer.steps import summary as run_summary
-from analyzer.stepselect import analysed
+from analyzer.stepselect import StepChoice, analysed
 from analyzer.views import VIEWS, ViewOptions
 from analyzer.warmup import flag_steps
 
@@ -36,30 +36,37 @@ MEMORY_POINTS = 400  # points per allocator in the memory chart
 MAX_NODES_PER_TYPE = 25  # nodes of an op type in the drill-down (the rest as one sum)
 
 
-def run_data(run: Run, findings: Sequence[Any], source: str) -> dict[str, Any]:
-    """Everything the run page shows, as JSON-ready data."""
-    views = {kind: view_doc(VIEWS[kind](run, VIEW_OPTIONS)) for kind in ("ops", "scopes", "code")}
+def run_data(run: Run, findings: Sequence[Any], source: str,
+             steps: StepChoice | None = None) -> dict[str, Any]:
+    """Everything the run page shows, as JSON-ready data, over the steps `steps` keeps
+    (analyzer.stepselect; the step chart shows every step, the left-out ones marked)."""
+    steps = steps or StepChoice()
+    chosen = analysed(run, steps)
+    options = VIEW_OPTIONS.with_(include_warmup=steps.include_warmup, first_step=steps.first,
+                                 last_step=steps.last)
+    views = {kind: view_doc(VIEWS[kind](run, options)) for kind in ("ops", "scopes", "code")}
     code_rows = views["code"]["rows"]
     return {
         "page": "run",
         "source": source,
-        "glance": glance(run, views),
+        "glance": glance(run, views, steps),
         "steps": steps_section(run),
         "ops": views["ops"],
-        "op_nodes": op_nodes(run),
+        "op_nodes": op_nodes(chosen),
         "scopes": views["scopes"],
         "code": views["code"] if code_rows else {
             "missing": "No Python code view: " + ("; ".join(views["code"]["notes"])
                                                   or "no code traces in this source") + "."},
-        "critical_path": critical_path_section(run),
-        "memory": memory_section(run),
+        "critical_path": critical_path_section(chosen),
+        "memory": memory_section(chosen),
         "findings": [f.to_dict() for f in findings],
     }
 
 
-def glance(run: Run, views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def glance(run: Run, views: dict[str, dict[str, Any]], steps: StepChoice | None = None
+           ) -> dict[str, Any]:
     """The run at a glance: its shape, step time and where the time goes in a sentence."""
-    s = run_summary(run)
+    s = run_summary(run, steps)
     return {
         "steps": len(s["steps"]), "workers": s["workers"],
         "devices": [d["device"] for d in s["devices"]],
@@ -94,7 +101,7 @@ def op_nodes(run: Run) -> dict[str, Any]:
     MAX_NODES_PER_TYPE largest and the rest as one sum, for the op-type breakdown's
     drill-down. The same per-node numbers the op view sums (nodestats.node_stats at step
     -1), so a type's nodes add up to its row of `analyze ops`."""
-    n = (node_stats(analysed(run), -1).with_columns(op_type=kernel_label_expr())  # as `analyze ops`
+    n = (node_stats(run, -1).with_columns(op_type=kernel_label_expr())  # as `analyze ops`
          .group_by("op_type", "name").agg(pl.col("micros").sum())
          .filter(pl.col("micros") > 0)
          .sort(["op_type", "micros", "name"], descending=[False, True, False])
@@ -123,7 +130,7 @@ def steps_section(run: Run) -> dict[str, Any]:
 def critical_path_section(run: Run) -> dict[str, Any]:
     if not run.steps:
         return {"missing": "No steps in this source."}
-    doc = json.loads(critical_path_json(critical_path(run, median_step(analysed(run)))))
+    doc = json.loads(critical_path_json(critical_path(run, median_step(run))))
     if not doc["ops"]:
         return {"missing": "No critical path: the source has no dataflow graph for its ops."}
     doc["ops_total"] = len(doc["ops"])
@@ -138,7 +145,7 @@ def memory_section(run: Run) -> dict[str, Any]:
     (cumulative within the step, as the timeline's memory counters)."""
     if not run.steps:
         return {"missing": "No steps in this source."}
-    step = median_step(analysed(run))
+    step = median_step(run)
     a = (run.allocations.lazy().filter((pl.col("step") == step) & (pl.col("alloc_us") > 0))
          .select("worker", "allocator_name", "alloc_us", "alloc_bytes").collect())
     if not a.height:
