@@ -320,6 +320,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
       analyze timeline runs/exp1 --per-step-dir traces/
     """
     from analyzer.errors import RunlensError
+    from analyzer.graph import no_dataflow
     from analyzer.render.chrome_trace import (
         check_output,
         check_output_dir,
@@ -339,6 +340,10 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
     steps, note = select_steps(run, step, step_range, all_steps, default_all=output is None,
                                choice=StepChoice(include_warmup))
     click.echo(f"timeline: {note}", err=True)
+    skipped = no_dataflow(run) if critical_path else None
+    if skipped:  # a path without edges would be one op: said, not drawn
+        click.echo(f"timeline: critical path skipped: {skipped}", err=True)
+        critical_path = False
     options = TimelineOptions(tuple(steps), dataflow=dataflow, memory=memory,
                               critical_path=critical_path)
     progress = _Progress("writing trace events", minimum=200_000)
@@ -486,7 +491,7 @@ def _view_command(kind: str, doc: str) -> None:
 
 def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
     from analyzer.errors import RunlensError
-    from analyzer.graph import critical_path
+    from analyzer.graph import critical_path, no_dataflow
     from analyzer.render.critical_path import RENDERERS
     from analyzer.steps import median_step
     from analyzer.stepselect import analysed
@@ -499,6 +504,10 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
                            f"(traced steps: {_short_list(run.steps)})")
     if fmt == "csv":
         raise RunlensError("--critical-path supports --format text or json")
+    skipped = no_dataflow(run)
+    if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
+        click.echo(f"analyze: critical path skipped: {skipped}", err=True)
+        return
     click.echo(RENDERERS[fmt](critical_path(run, step)), nl=False)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.graph import critical_path
+from analyzer.graph import critical_path, no_dataflow
 from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import node_stats
 from analyzer.render.critical_path import critical_path_json
@@ -130,6 +130,9 @@ def steps_section(run: Run) -> dict[str, Any]:
 def critical_path_section(run: Run) -> dict[str, Any]:
     if not run.steps:
         return {"missing": "No steps in this source."}
+    skipped = no_dataflow(run)
+    if skipped:
+        return {"missing": f"No critical path: it {skipped}."}
     doc = json.loads(critical_path_json(critical_path(run, median_step(run))))
     if not doc["ops"]:
         return {"missing": "No critical path: the source has no dataflow graph for its ops."}
