@@ -137,3 +137,15 @@ def test_report_and_baseline_take_the_step_options(tmp_path):
     run_cli(["baseline", "save", BASE_B, "-o", tmp_path / "b.json", "--steps", "6:10"])
     doc = json.loads((tmp_path / "b.json").read_text())
     assert len({s for s in json.dumps(doc).split('"') if s.startswith("worker:0/")}) == 5
+
+
+def test_a_warm_view_reads_no_executions_even_with_steps_left_out(tmp_path):
+    """The step flags and the default step -1 numbers come from the cache: a warm `ops`
+    on a run with a left-out step never loads the executions (the million-row frame)."""
+    shutil.copytree(FIXTURES / "cnn", tmp_path / "cnn", ignore=shutil.ignore_patterns(".runlens"))
+    load_run(tmp_path / "cnn")
+    warm = load_run(tmp_path / "cnn")
+    assert step_flags(warm)["left_out"].any()
+    op_view(warm, ViewOptions())
+    scope_view(warm, ViewOptions())
+    assert callable(warm._frames["executions"])
