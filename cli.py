@@ -461,7 +461,24 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
-    click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
+    text = RENDERERS[fmt](VIEWS[kind](run, options))
+    if options.step < 0:  # after the view: a bad option stays a one-line error
+        _note_left_out(run, options)
+    click.echo(text, nl=False)
+
+
+def _note_left_out(run: Any, options: Any) -> None:
+    """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
+    from analyzer.stepselect import StepChoice, left_out
+
+    dropped = left_out(run, StepChoice(options.include_warmup, options.first_step,
+                                       options.last_step))
+    if dropped:
+        steps = ", ".join(f"{d['step']} ({d['why']})" for d in dropped[:8])
+        more = f", ... ({len(dropped)} in all)" if len(dropped) > 8 else ""
+        hint = ("; --include-warmup keeps them"
+                if any(d["why"] != "outside --steps" for d in dropped) else "")
+        click.echo(f"analyze: note: averages leave out step(s) {steps}{more}{hint}", err=True)
 
 
 def _short_list(values: list[int]) -> str:

@@ -149,3 +149,11 @@ def test_a_warm_view_reads_no_executions_even_with_steps_left_out(tmp_path):
     op_view(warm, ViewOptions())
     scope_view(warm, ViewOptions())
     assert callable(warm._frames["executions"])
+
+
+def test_views_note_the_steps_they_leave_out_on_stderr():
+    result = run_cli(["ops", FIXTURES / "cnn", "--format", "json"])
+    assert "averages leave out step(s) 18 (outlier); --include-warmup keeps them" in result.stderr
+    json.loads(result.stdout)
+    assert "leave out" not in run_cli(["ops", FIXTURES / "cnn", "--tfprof"]).stderr
+    assert "leave out" not in run_cli(["ops", FIXTURES / "cnn", "--step", "18"]).stderr

@@ -69,10 +69,10 @@ def test_csv_and_text(fixture_dir):
 def test_thresholds_and_regexes_filter_rows():
     run_dir = FIXTURES / "cnn"
     doc = json.loads(run_cli(["ops", run_dir, "--format", "json", "--min-micros", "50",
-                              "--no-cache"]).output)
+                              "--no-cache"]).stdout)
     assert doc["rows"] and all(r["micros"] >= 50 for r in doc["rows"])
     doc = json.loads(run_cli(["scopes", run_dir, "--format", "json", "--max-depth", "1",
-                              "--show-name-regexes", "conv.*", "--no-cache"]).output)
+                              "--show-name-regexes", "conv.*", "--no-cache"]).stdout)
     assert {r["name"] for r in doc["rows"]} == {"conv1", "conv2"}
     assert all(r["children"] == [] for r in doc["rows"])
 
@@ -82,7 +82,7 @@ def test_step_selects_one_step():
     run = load_run(run_dir, use_cache=False)
     step = run.steps[1]
     doc = json.loads(run_cli(["ops", run_dir, "--step", step, "--format", "json",
-                              "--no-cache"]).output)
+                              "--no-cache"]).stdout)
     one = run.nodes.filter((pl.col("step") == step) & (pl.col("all_start_us") > 0))
     us = one.select(pl.when(pl.col("op_end_rel_us") == 0).then(1)
                     .otherwise(pl.col("op_end_rel_us")).sum()).item()
@@ -117,7 +117,7 @@ def test_renderers_handle_an_empty_view():
 def test_critical_path_of_the_input_bound_run_goes_through_the_iterator():
     run_dir = FIXTURES / "input_bound"
     doc = json.loads(run_cli(["graph", run_dir, "--critical-path", "--format", "json",
-                              "--no-cache"]).output)
+                              "--no-cache"]).stdout)
     types = [op["op_type"] for op in doc["ops"]]
     assert "IteratorGetNext" in types
     assert 0.5 < doc["share"] <= 1.0  # the wait for input is most of the step
