@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -30,8 +31,15 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _one_line(text: str) -> str:
+    """A message on one line: its lines joined (a file name may hold a newline)."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn engine errors into one line on stderr and an exit code; never a traceback."""
+    """Turn engine errors into one line on stderr and an exit code; never a traceback
+    (unless RUNLENS_DEBUG is set). Errors of native libraries that derive from
+    BaseException (polars' PanicException) are internal errors too."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -40,17 +48,20 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except RunlensError as e:
-            _fail(f"error: {e}", EXIT_BAD_INPUT)
+            _fail(f"error: {_one_line(str(e))}", EXIT_BAD_INPUT)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
         except BrokenPipeError:
             sys.stderr.close()  # `analyze ... | head`: the reader left, nothing to report
             sys.exit(0)
-        except Exception as e:
+        except (SystemExit, GeneratorExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - see the docstring
             if os.environ.get("RUNLENS_DEBUG"):
                 raise
+            first = (str(e).strip().splitlines() or [""])[0][:300]
             _fail(
-                f"internal error: {type(e).__name__}: {e} "
+                f"internal error: {type(e).__name__}: {first} "
                 "(set RUNLENS_DEBUG=1 to see the traceback, and please report it)",
                 EXIT_INTERNAL,
             )
@@ -85,17 +96,25 @@ def load(run_dir: str, no_cache: bool) -> Any:
     ctx = click.get_current_context(silent=True)
     source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
     progress = _Progress()
+
+    def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
+        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
+
     try:
         run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source,
-                       chosen=_selection(ctx))
+                       chosen=_selection(ctx), on_warning=warn_late)
     finally:
         progress.close()
     for warning in run.warnings:
-        click.echo(f"analyze: warning: {warning}", err=True)
+        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
     return run
 
 
-run_dir_argument = click.argument("run_dir", metavar="RUN_DIR", type=click.Path())
+# readable=False: the engine says what cannot be read, in one line (click: 4 lines).
+run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
+                                  type=click.Path(readable=False))
+
+
 def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     ctx.meta["runlens.workers"] = value
 
@@ -113,16 +132,29 @@ def _selection(ctx: click.Context | None) -> Any:
     """What the user picked among what PATH holds (flags that load() reads from the context)."""
     from analyzer.sources import Selection
 
-    return Selection(workers=bool(ctx and ctx.meta.get("runlens.workers", False)))
+    if ctx is None:
+        return Selection()
+    return Selection(workers=bool(ctx.meta.get("runlens.workers", False)),
+                     profile_run=ctx.meta.get(_PROFILE_RUN_KEY))
 
 
 _SOURCE_KEY = "runlens.source"
-# One option for every command that reads a PATH; `load` takes it from the context.
-source_option = click.option(
+_PROFILE_RUN_KEY = "runlens.profile_run"
+# Options for every command that reads a PATH; `load` takes them from the context.
+_source = click.option(
     "--source", metavar="KIND", default=None, expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
     help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
-         "tfprof, ...; docs/sources.md) instead of detecting it.")
+         "tfprof, xplane, ...; docs/sources.md) instead of detecting it.")
+_profile_run = click.option(
+    "--profile-run", metavar="NAME", default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PROFILE_RUN_KEY, value),
+    help="PATH is a TensorBoard logdir: read its profile run NAME "
+         "(plugins/profile/NAME/) instead of the newest (docs/xplane.md).")
+
+
+def source_option(f: Any) -> Any:
+    return _source(_profile_run(f))
 
 
 _STEPS_KEY = "runlens.steps"
@@ -211,7 +243,8 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
 
 @main.command()
-@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(), required=False)
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(readable=False),
+                required=False)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
@@ -548,8 +581,6 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
              ) -> Any:
     """A run dir (its steps in --steps A:B, every one of them flagged: the test leaves
     warm-up and outliers out itself) or a baseline file, as per-step samples."""
-    from pathlib import Path
-
     from analyzer.compare import is_baseline_file, load_baseline, samples_from_run
     from analyzer.stepselect import StepChoice, analysed
 
@@ -564,7 +595,6 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from pathlib import Path
 
     from analyzer.errors import RunlensError
     from analyzer.rundir import atomic_write
@@ -576,8 +606,8 @@ def _emit(text: str, output: str | None) -> None:
 
 
 @main.command()
-@click.argument("base", metavar="BASE", type=click.Path())
-@click.argument("new", metavar="NEW", type=click.Path())
+@click.argument("base", metavar="BASE", type=click.Path(readable=False))
+@click.argument("new", metavar="NEW", type=click.Path(readable=False))
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
                                   "noise) that counts as a regression, on top of the "
@@ -647,7 +677,7 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
 
 
 @main.command()
-@click.argument("path", metavar="PATH", type=click.Path())
+@click.argument("path", metavar="PATH", type=click.Path(readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="The HTML file to write.")
 @step_options
@@ -665,7 +695,6 @@ def report(path: str, output: str, no_cache: bool) -> None:
     Examples:
       analyze report fixtures/runs/cnn -o cnn.html
     """
-    from pathlib import Path
 
     import checkers
     from analyzer.report import run_page
@@ -700,7 +729,6 @@ def baseline_save(run_dir: str, output: str, scope_depth: int, step_range: str |
 
     `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
     """
-    from pathlib import Path
 
     from analyzer.compare import samples_from_run, save_baseline
     from analyzer.errors import RunlensError

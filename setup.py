@@ -1,8 +1,9 @@
 """Build hook for the optional native extensions (metadata lives in pyproject.toml).
 
-Both are optional: where they cannot be compiled, runlens installs anyway. Without the
+All are optional: where they cannot be compiled, runlens installs anyway. Without the
 StepStats decoder, ingest falls back to its protobuf walk (same frames, ~20x slower);
-without the JSON row renderer, the timeline is rendered by polars (same bytes, slower).
+without the JSON row renderer, the timeline is rendered by polars (same bytes, slower);
+without the XSpace decoder, xplane files are walked with protobuf (same frames, slower).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,12 @@ setup(
         Extension(
             "analyzer._stepstats",
             sources=["analyzer/_stepstats.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-std=c99"],
+        ),
+        Extension(
+            "analyzer._xplane",
+            sources=["analyzer/_xplane.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),

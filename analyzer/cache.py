@@ -1,13 +1,32 @@
-"""Columnar cache of ingested run dirs: Parquet files keyed by the inputs' size and mtime.
+"""Columnar cache of ingested inputs: Parquet files keyed by the inputs' content.
 
-A second analysis of the same run reads columns only. The cache lives in the run dir's
-`.runlens/` folder, or in the user cache dir when the run dir is read-only. Any problem
-with the cache (missing, stale, unreadable, unwritable) means "no cache", never an error.
+A second analysis of the same run reads columns only. The cache of a run dir lives in its
+`.runlens/` folder, or in the user cache dir when the run dir is read-only. The cache can
+never make things worse than no cache: whatever goes wrong with it (missing, stale,
+truncated, corrupt, written by another version, replaced while read, unwritable) means
+"recompute", with at most one warning, and a broken cache is replaced by the next write.
+
+Key (`fingerprint_files`, for any source's list of files): per file its size, mtime,
+ctime and inode, and, written with the cache, a digest of all its content
+(analyzer.digest; ingest computes it of the bytes it reads: no second read). A file
+whose stat is unchanged was not written since (any write moves ctime, which no tool
+sets back): a warm load costs one stat per file. One whose stat changed (a copy, a
+touch, a same-size edit with mtime restored) is read, and the cache is used only if its
+content is the same (key.json then takes the new stat). Files changed less than RACY_NS
+before the key was taken are read on every load: a change within the file system's
+timestamp granularity may not show.
+
+Layout: `<location>/key.json` names the data folder holding the frames
+(`data-<token>/*.parquet`, with their sizes and digests). A writer writes a new data
+folder beside the old one and then replaces key.json (atomic rename): a reader sees the
+old cache or the new one, whole. A reader holds a shared flock on the data folder it
+reads (lazily, until its Run is gone); writers remove old data folders only when they get
+an exclusive lock on them, i.e. when no reader can be reading them.
 
 The cache is written in a background thread (`store_in_background`) while the analysis
 goes on: the ingested frames first, the per-node numbers and trees as they are computed.
-It appears at once, complete (a temporary folder renamed), or not at all. The process
-waits for it before exiting, and `wait()` (which load_run calls) before reading again.
+The process waits for it before exiting, and `wait()` (which load_run calls) before
+reading again.
 """
 
 from __future__ import annotations
@@ -15,19 +34,31 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import mmap
 import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from analyzer import digest as content
+from analyzer.rundir import atomic_write
 from analyzer.sources import Part
 
-CACHE_VERSION = 10  # bump whenever ingest's frames change
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders are kept
+    fcntl = None  # type: ignore[assignment]
+
+CACHE_VERSION = 11  # bump whenever ingest's frames or this layout change
+KEY_FILE = "key.json"
+LOCK_FILE = ".lock"
 # The Run's frames (the executions by key, the keys with derived columns), and what views
 # need with their default options: the steps' warm-up/outlier flags, step -1's per-node
 # numbers over the default steps (analyzer.stepselect), the code paths, the scope and
@@ -38,25 +69,115 @@ FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocat
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")
+RACY_NS = 2_000_000_000  # timestamps of FAT: 2 s; ext4, xfs, btrfs, tmpfs: <= 10 ms
+STALE_TMP_S = 3600  # a writer's temporary folder this old was left by a killed process
+
+
+class CacheDamaged(Exception):
+    """The cache could not be read (str: why); the caller recomputes."""
+
+
+# ----------------------------------------------------------------------------- key
+
+
+def fingerprint_files(root: str | os.PathLike[str], worker: str,
+                      files: Iterable[str | os.PathLike[str]]) -> dict[str, Any]:
+    """What a cache of `files` (under `root`) depends on, from their stat only (cheap:
+    ~2 us a file). The content digests are added when the cache is written."""
+    root_s = str(root)
+    prefix = len(os.path.join(root_s, "x")) - 1
+    stat = os.stat
+    entries = []
+    for name in map(str, files):
+        st = stat(name)
+        entries.append([name[prefix:] if name.startswith(root_s) else name, st.st_size,
+                        st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+    entries.sort()
+    return {"cache_version": CACHE_VERSION, "worker": worker, "root": str(root),
+            "taken_ns": time.time_ns(), "files": entries}
 
 
 def fingerprint(part: Part) -> dict[str, Any]:
-    """What the cache depends on: format version, the source, and every input file's size
-    and mtime (the part's files, named relative to its folder)."""
-    base = _folder(part)
-    root = len(str(base / "x")) - 1
-    entries = []
-    for name in part.files:
-        st = os.stat(name)
-        entries.append([name[root:] if name.startswith(str(base)) else name,
-                        st.st_size, st.st_mtime_ns])
-    return {"cache_version": CACHE_VERSION, "source": part.kind, "worker": part.worker,
-            "files": sorted(entries)}
+    """The key of a source's part: its kind, worker and files (named relative to its
+    folder)."""
+    return {**fingerprint_files(_folder(part), part.worker, part.files), "source": part.kind}
 
 
 def _folder(part: Part) -> Path:
     """The folder a part's cache goes in (beside a file part)."""
     return part.path if part.path.is_dir() else part.path.parent
+
+
+def _with_digests(key: dict[str, Any], known: Mapping[str, list[Any]]
+                  ) -> dict[str, Any] | None:
+    """The key with each file's digest (from `known`: path -> [stat..., crc] of the bytes
+    the frames came from, or read now), or None when a file changed since the key was
+    taken (the frames may hold either version: no cache)."""
+    root = key["root"]
+    files = []
+    for rel, size, mtime, ctime, ino in key["files"]:
+        path = rel if os.path.isabs(rel) else os.path.join(root, rel)
+        if path in known:
+            stat, digest = known[path][:4], known[path][4]
+        else:
+            try:
+                digest, stat = content.of_file(path)
+            except OSError:
+                return None
+        if stat != [size, mtime, ctime, ino]:
+            return None
+        racy = ctime >= key["taken_ns"] - RACY_NS or mtime >= key["taken_ns"] - RACY_NS
+        files.append([rel, size, mtime, ctime, ino, digest, racy])
+    return {**key, "files": files}
+
+
+def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
+    """When the cache written under `stored` holds the inputs `key` describes (same
+    version, worker and files, each unchanged: same stat and not racy, or the same
+    content), the indexes of the files whose content had to be compared (their stat
+    changed, or they were racy); else None."""
+    if not isinstance(stored, dict) or any(stored.get(k) != key[k]
+                                           for k in ("cache_version", "source", "worker")):
+        return None
+    old = stored.get("files")
+    if not isinstance(old, list) or len(old) != len(key["files"]):
+        return None
+    try:  # the usual case, at C speed: every stat as written, nothing racy
+        if [e[:5] for e in old] == key["files"] and not any(e[6] for e in old):
+            return []
+    except (TypeError, IndexError, KeyError):
+        return None
+    restat = []
+    for i, (entry, now) in enumerate(zip(old, key["files"], strict=True)):
+        if not isinstance(entry, list) or len(entry) != 7 or entry[:2] != now[:2]:
+            return None  # another file, or another size
+        if entry[2:5] == now[2:5] and not entry[6]:
+            continue
+        path = now[0] if os.path.isabs(now[0]) else os.path.join(key["root"], now[0])
+        try:
+            digest, stat = content.of_file(path)
+        except OSError:
+            return None
+        if digest != entry[5] or stat != now[1:5]:
+            return None
+        restat.append(i)  # its content is the frames': key.json takes its stat (no longer
+        # racy once old enough), so that the next load takes the fast path
+    return restat
+
+
+def _refreshed(meta: dict[str, Any], key: dict[str, Any], restat: list[int]) -> bytes:
+    """key.json with the new stat of files found unchanged by content (a copied or
+    touched run, or one analysed as soon as written, is digested once, not on every
+    load)."""
+    files = [list(e) for e in meta["key"]["files"]]
+    for i in restat:
+        files[i][1:5] = key["files"][i][1:5]
+        files[i][6] = files[i][3] >= key["taken_ns"] - RACY_NS or (
+            files[i][2] >= key["taken_ns"] - RACY_NS)
+    return json.dumps({**meta, "key": {**meta["key"], "files": files}}).encode()
+
+
+# ----------------------------------------------------------------------------- reading
 
 
 def _user_cache_root() -> Path:
@@ -65,6 +186,7 @@ def _user_cache_root() -> Path:
 
 
 def _locations(run: Part) -> list[Path]:
+    """Where a part's cache lives: beside its files, else in the user cache dir."""
     digest = hashlib.sha256(f"{run.kind}:{run.path.resolve()}".encode()).hexdigest()[:16]
     # A run dir's cache is its own; other parts may share a folder, so theirs are named.
     name = "cache" if run.kind == "rundir" else f"cache-{run.kind}-{digest[:8]}"
@@ -72,41 +194,153 @@ def _locations(run: Part) -> list[Path]:
             _user_cache_root() / f"{digest}-v{CACHE_VERSION}"]
 
 
-def load(run: Part, key: dict[str, Any]
-         ) -> tuple[dict[str, Callable[[], pl.DataFrame]], list[str]] | None:
-    """Readers of the cached frames and the warnings of `run` if the cache matches `key`.
+class _Lease:
+    """A shared lock on a data folder: writers do not remove it while this is held."""
 
-    Frames are read when first used (a view needs node_stats, not the executions)."""
-    for loc in _locations(run):
+    def __init__(self, folder: Path) -> None:
+        self.fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
+        if fcntl is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def __del__(self) -> None:
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_frame(path: Path, size: int, crc: str, lease: _Lease) -> pl.DataFrame:
+    """One cached frame, checked against its size and digest (~10 GB/s) before polars
+    reads it; CacheDamaged for anything that goes wrong (polars' panics included)."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != size:
+                raise CacheDamaged(f"{path.name}: {os.fstat(f.fileno()).st_size} bytes, "
+                                   f"written with {size}")
+            if size:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    if content.of(m) != crc:
+                        raise CacheDamaged(f"{path.name}: checksum mismatch")
+        return pl.read_parquet(path)
+    except CacheDamaged:
+        raise
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - pyo3's PanicException is a BaseException
+        raise CacheDamaged(f"{path.name}: {type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:200]}") from None
+
+
+Readers = dict[str, Callable[[], pl.DataFrame]]
+
+
+def load_at(locs: list[Path], key: dict[str, Any]
+            ) -> tuple[Readers, list[str]] | None | CacheDamaged:
+    """Readers of the frames cached at the first of `locs` that matches `key` (read when
+    first used), with the warnings stored with them; None when no cache matches;
+    CacheDamaged (returned, not raised) when one exists but cannot be read."""
+    damaged: CacheDamaged | None = None
+    for loc in locs:
+        for _ in range(3):  # a writer may replace the data folder between two steps
+            try:
+                return _open(loc, key)
+            except _Missing:
+                break
+            except _Replaced:
+                continue
+            except CacheDamaged as e:
+                damaged = damaged or CacheDamaged(f"{loc}: {e}")
+                break
+    return damaged
+
+
+class _Missing(Exception):
+    pass
+
+
+class _Replaced(Exception):
+    pass
+
+
+def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
+    try:
+        text = (loc / KEY_FILE).read_bytes()
+    except FileNotFoundError:
+        raise _Missing from None
+    except OSError as e:
+        raise CacheDamaged(f"{KEY_FILE}: cannot read ({e.strerror or e})") from None
+    try:
+        meta = json.loads(text)
+        stored, data, warnings = meta["key"], meta["data"], meta["warnings"]
+        frames = meta["frames"]
+        if not (isinstance(data, str) and isinstance(warnings, list)
+                and isinstance(frames, dict)):
+            raise TypeError("wrong types")
+    except (ValueError, RecursionError, KeyError, TypeError) as e:
+        raise CacheDamaged(f"{KEY_FILE}: not a cache key ({type(e).__name__})") from None
+    restat = _matches(stored, key)
+    if restat is None:
+        raise _Missing
+    folder = loc / data
+    try:
+        lease = _Lease(folder)
+    except OSError:
+        raise _Replaced from None
+    if not (folder / LOCK_FILE).exists():  # removed before we held it
+        raise _Replaced
+    readers: Readers = {}
+    for name in FRAMES:  # held: no writer removes these files any more
         try:
-            meta = json.loads((loc / "key.json").read_text())
-            if meta.get("key") != key:
-                continue
-            files = {name: loc / f"{name}.parquet" for name in FRAMES}
-            if not all(f.is_file() for f in files.values()):
-                continue
-            readers: dict[str, Callable[[], pl.DataFrame]] = {
-                name: functools.partial(pl.read_parquet, f) for name, f in files.items()}
-            return readers, list(meta.get("warnings", []))
-        except (OSError, ValueError):
-            continue
-    return None
+            size, crc = frames[name]
+            if not (isinstance(size, int) and isinstance(crc, str)):
+                raise TypeError
+        except (KeyError, TypeError, ValueError):
+            raise CacheDamaged(f"{KEY_FILE}: no size and checksum of {name}") from None
+        # Size and content are checked when the frame is read (a missing or damaged
+        # file found then means "recompute", as here).
+        readers[name] = functools.partial(_read_frame, folder / f"{name}.parquet", size,
+                                          crc, lease)
+    if restat:
+        try:
+            atomic_write(loc / KEY_FILE, _refreshed(meta, key, restat))
+        except OSError:  # read-only: the digests are compared again next time
+            pass
+    return readers, [str(w) for w in warnings]
+
+
+def load(run: Part, key: dict[str, Any]) -> tuple[Readers, list[str]] | None | CacheDamaged:
+    """`load_at` the part's cache locations."""
+    return load_at(_locations(run), key)
+
+
+# ----------------------------------------------------------------------------- writing
 
 
 CacheFrame = pl.DataFrame | Future  # a Future: a frame still being computed
 
 
-def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
-          warnings: list[str]) -> Path | None:
-    """Write the cache to the first writable location; returns it, or None if none is
-    (or if a frame's Future fails: its computation failed, so there is no cache)."""
-    for loc in _locations(run):
+def _file_digest(path: Path) -> tuple[int, str]:
+    found, stat = content.of_file(path)
+    return stat[0], found
+
+
+def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFrame],
+             warnings: list[str], digests: Mapping[str, list[Any]] | None = None
+             ) -> Path | None:
+    """Write the cache to the first writable location; returns it, or None if none is,
+    if an input changed while it was read, or if a frame's Future fails (its computation
+    failed, so there is no cache). `digests`: what the reader computed of the files it
+    read (path -> [size, mtime_ns, ctime_ns, inode, digest]); the others are read here."""
+    full_key = _with_digests(key, digests or {})
+    if full_key is None:
+        return None
+    for loc in locs:
         try:
             loc.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=loc.parent))
         except OSError:
             continue
         try:
+            sums: dict[str, tuple[int, str]] = {}
             for name in FRAMES:
                 frame = frames[name]
                 if isinstance(frame, Future):
@@ -117,13 +351,18 @@ def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
                         return None
                 # Frames but UNCOMPRESSED ones: snappy, the fastest to write at about
                 # lz4's size.
-                frame.write_parquet(tmp / f"{name}.parquet", statistics=False,
+                path = tmp / f"{name}.parquet"
+                frame.write_parquet(path, statistics=False,
                                     compression="uncompressed" if name in UNCOMPRESSED
                                     else "snappy")
-            (tmp / "key.json").write_text(json.dumps({"key": key, "warnings": warnings}))
-            if loc.exists():
-                shutil.rmtree(loc, ignore_errors=True)
-            os.replace(tmp, loc)
+                sums[name] = _file_digest(path)
+            (tmp / LOCK_FILE).touch()
+            data = f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
+            loc.mkdir(exist_ok=True)
+            os.replace(tmp, loc / data)
+            meta = {"key": full_key, "data": data, "frames": sums, "warnings": warnings}
+            atomic_write(loc / KEY_FILE, json.dumps(meta).encode())
+            _remove_unused(loc, keep=data)
             _remove_other_versions(loc)
             return loc
         except OSError:
@@ -132,19 +371,27 @@ def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
     return None
 
 
+def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
+          warnings: list[str], digests: Mapping[str, list[Any]] | None = None
+          ) -> Path | None:
+    """`store_at` the part's cache locations."""
+    return store_at(_locations(run), key, frames, warnings, digests)
+
+
 _writer: ThreadPoolExecutor | None = None
 _pending: list[Future] = []
 
 
 def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
-                        warnings: list[str]) -> Future:
+                        warnings: list[str], digests: Mapping[str, list[Any]] | None = None
+                        ) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""
     global _writer
     if _writer is None:
         # Its thread is joined when the interpreter exits: the cache is finished first.
         _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlens-cache")
-    future = _writer.submit(store, run, key, dict(frames), list(warnings))
+    future = _writer.submit(store, run, key, dict(frames), list(warnings), digests)
     _pending.append(future)
     return future
 
@@ -155,6 +402,35 @@ def wait() -> None:
         try:
             _pending.pop(0).result()
         except Exception:  # noqa: BLE001 - a cache that could not be written is no cache
+            pass
+
+
+def _remove_unused(loc: Path, keep: str) -> None:
+    """Data folders other than `keep` that no reader holds; temporary folders of writers
+    killed long ago."""
+    for other in loc.iterdir():
+        if other.name == keep or not other.name.startswith("data-") or fcntl is None:
+            continue
+        try:
+            fd = os.open(other / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            shutil.rmtree(other, ignore_errors=True)  # no lock file: not ours, or half gone
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a reader holds it: a later writer removes it
+        try:
+            shutil.rmtree(other, ignore_errors=True)
+        finally:
+            os.close(fd)
+    now = time.time()
+    for tmp in loc.parent.glob(".tmp-*"):
+        try:
+            if now - tmp.stat().st_mtime > STALE_TMP_S:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
             pass
 
 

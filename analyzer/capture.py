@@ -103,6 +103,14 @@ def _graph_bytes(graph: tf.Graph) -> bytes:
     return bytes(graph.as_graph_def(add_shapes=True).SerializeToString(deterministic=True))
 
 
+class _GraphFileError(Exception):
+    """Writing one of the graph files failed: which (for the warning) and why."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        super().__init__(what, error)
+        self.what, self.error = what, error
+
+
 class _GraphFiles:
     """Writes graph.pb and op_log.pb once per graph version (plain Sessions may grow graphs)."""
 
@@ -114,11 +122,14 @@ class _GraphFiles:
         version = graph.version
         if version == self._version:
             return
-        self._writer.write_graph(_graph_bytes(graph))
+        try:
+            self._writer.write_graph(_graph_bytes(graph))
+        except OSError as e:
+            raise _GraphFileError("writing graph.pb", e) from e
         try:
             self._writer.write_op_log(_op_log_bytes(graph))
-        except OSError:
-            raise
+        except OSError as e:
+            raise _GraphFileError("writing op_log.pb", e) from e
         except Exception as e:  # tfprof's logger failing must not cost us graph.pb
             log.warning("runlens: could not build op_log.pb (%s); code view will be empty", e)
         self._version = version
@@ -239,8 +250,10 @@ class CaptureHook(tf.compat.v1.train.SessionRunHook):
             self._ensure_writer()
             assert self._graph_files is not None
             self._graph_files.ensure(session.graph)
+        except _GraphFileError as e:
+            self._fail(e.what, e.error)
         except Exception as e:
-            self._fail("writing graph.pb", e)
+            self._fail("writing the graph files", e)
 
     def before_run(self, run_context: Any) -> Any:
         """Untraced steps ask the session for nothing: the step counter is read after the

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
+from analyzer.errors import InputFileError
 from analyzer.model import Run
 from analyzer.stats import benjamini_hochberg, hodges_lehmann, mann_whitney_greater, smallest_p
 from analyzer.steps import step_times
@@ -113,7 +114,11 @@ def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
 
 
 def is_baseline_file(path: Path) -> bool:
-    return path.is_file() and path.suffix == ".json"
+    """A .json file (a baseline); InputFileError when the path cannot even be looked at."""
+    try:
+        return path.is_file() and path.suffix == ".json"
+    except OSError as e:  # a folder on the way that we may not search
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 # ----------------------------------------------------------------------------- warm-up

@@ -11,16 +11,20 @@ nanos (what the timeline draws with). Two readers give the same frames:
   for any file the C decoder does not accept and where the decoder is not built.
 
 Partition graphs repeat in every step file; they are split off the RunMetadata bytes
-without parsing and parsed once per distinct content.
+without parsing and parsed once per distinct content, while the step file that carries
+them is read: a file whose partition graph is unreadable is skipped like any other bad
+file, naming it. Whatever a file's bytes make the readers raise is that file's problem
+(`INPUT_ERRORS`): it is skipped with one message, and the other files are read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import types
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ import numpy as np
 import polars as pl
 from google.protobuf.message import DecodeError
 
+from analyzer import digest as content
 from analyzer.errors import InputFileError
 from analyzer.model import split_keys
 from analyzer.proto import graph_pb2, step_stats_pb2, tfprof_log_pb2, types_pb2
@@ -40,6 +45,14 @@ except ImportError:  # pragma: no cover - depends on the install
 
 Schema = dict[str, Any]  # column name -> polars dtype
 Buffer = bytes | memoryview
+
+# What decoding a file's bytes can raise besides InputFileError: the file's problem, never
+# ours (protobuf's DecodeError; bad encodings; depth, size and number limits).
+INPUT_ERRORS = (DecodeError, ValueError, OverflowError, RecursionError, MemoryError)
+# ... and protobuf's parse, which may raise RuntimeError (e.g. its recursion limit).
+PARSE_ERRORS = (RuntimeError, *INPUT_ERRORS)
+# protobuf refuses messages of 2 GiB or more: no TensorFlow wrote a bigger step file.
+MAX_MESSAGE_BYTES = 2**31 - 1
 
 # RunMetadata field numbers (analyzer/proto/config.proto).
 _STEP_STATS = 1
@@ -159,6 +172,7 @@ class StepFrames:
     memory: pl.DataFrame
     allocations: pl.DataFrame
     threads: pl.DataFrame
+    nameless: int = 0  # executions without a node name, left out (see _walk_step_stats)
 
 
 # ----------------------------------------------------------------------------- wire split
@@ -178,13 +192,16 @@ def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
 def _split_fields(buf: Buffer) -> Iterable[tuple[int, Buffer]]:
     """Top-level length-delimited fields of a message, as (field number, bytes), unparsed.
 
-    Raises DecodeError on malformed or truncated input, like protobuf does.
+    Raises DecodeError on malformed or truncated input, like protobuf does (field number
+    0 at once: a file of zeros is rejected at its first byte, not walked to its end).
     """
     pos, end = 0, len(buf)
     try:
         while pos < end:
             key, pos = _varint(buf, pos)
             number, wire = key >> 3, key & 7
+            if number == 0:
+                raise DecodeError("field number 0")
             if wire == 2:
                 size, pos = _varint(buf, pos)
                 if pos + size > end:
@@ -206,23 +223,47 @@ def _split_fields(buf: Buffer) -> Iterable[tuple[int, Buffer]]:
 
 
 def split_run_metadata(raw: Buffer) -> tuple[Buffer, list[Buffer]]:
-    """RunMetadata bytes -> (StepStats bytes, serialized partition GraphDefs), as slices of
-    `raw` (zero-copy when `raw` is a memoryview).
+    """RunMetadata bytes -> (StepStats bytes, distinct non-empty serialized partition
+    GraphDefs), as slices of `raw` (zero-copy when `raw` is a memoryview).
 
     Function graphs' partition graphs are included: they name nodes that ran inside
-    functions.
+    functions. Empty occurrences add nothing and are dropped, and a graph repeated within
+    the file is kept once, so that a file of empty or repeated fields costs time linear in
+    its size and no memory (the C splitter: ~1 GB/s; this module's loop, where it is not
+    built, ~50x slower).
     """
-    step_stats: list[Buffer] = []
-    graphs: list[Buffer] = []
-    for number, payload in _split_fields(raw):
-        if number == _STEP_STATS:
-            step_stats.append(payload)
-        elif number == _PARTITION_GRAPHS:
-            graphs.append(payload)
-        elif number == _FUNCTION_GRAPHS:
-            graphs.extend(p for n, p in _split_fields(payload) if n == _FG_PARTITION_GRAPHS)
+    parts: list[Buffer]
+    graphs: list[Buffer]
+    if _stepstats is not None:
+        view = memoryview(raw)
+        try:
+            stat_spans, graph_spans = _stepstats.split_run_metadata(view)
+        except ValueError as e:
+            raise DecodeError(str(e)) from None
+        parts = [view[a:b] for a, b in stat_spans]
+        graphs = [view[a:b] for a, b in graph_spans]
+    else:
+        parts, graphs = [], []
+        distinct: set[bytes] = set()
+        for number, payload in _split_fields(raw):
+            if not len(payload):
+                continue
+            if number == _STEP_STATS:
+                parts.append(payload)
+                continue
+            if number == _PARTITION_GRAPHS:
+                found = [payload]
+            elif number == _FUNCTION_GRAPHS:
+                found = [p for n, p in _split_fields(payload)
+                         if n == _FG_PARTITION_GRAPHS and len(p)]
+            else:
+                continue
+            for g in found:
+                if bytes(g) not in distinct:
+                    distinct.add(bytes(g))
+                    graphs.append(g)
     # Repeated occurrences of a message field merge, as their concatenation parses.
-    stats = step_stats[0] if len(step_stats) == 1 else b"".join(step_stats)
+    stats = parts[0] if len(parts) == 1 else b"".join(parts)
     return stats, graphs
 
 
@@ -233,12 +274,53 @@ StepItem = tuple["str | Path", int, "int | None"]  # step file, its global step,
 
 @dataclass
 class StepBatch:
-    """What a batch of step files gave: their frames (None if no file could be read), their
-    distinct partition graphs by digest, and one message per file skipped."""
+    """What a batch of step files gave: their frames (None if no file could be read), the
+    nodes of their distinct partition graphs by digest (GRAPH_NODE_SCHEMA, in the order
+    first seen), and one message per file skipped or step left out."""
 
     frames: StepFrames | None
-    graphs: dict[bytes, bytes]
+    graphs: dict[bytes, pl.DataFrame]
     errors: list[str]
+    # Per file read: [size, mtime_ns, ctime_ns, inode, digest.of(the bytes read)] (the
+    # cache's key takes the content digest from here instead of reading every file again).
+    files: dict[str, list[Any]] = field(default_factory=dict)
+
+
+class PartitionGraphs:
+    """Partition graphs parsed once per distinct content, for the threads of one load:
+    the nodes of each, or why it cannot be read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parsed: dict[bytes, pl.DataFrame | str] = {}
+
+    def nodes(self, digest: bytes, raw: bytes, path: str | Path) -> pl.DataFrame:
+        """The graph's nodes; InputFileError naming `path` when it is not a GraphDef."""
+        with self._lock:
+            parsed = self._parsed.get(digest)
+        if parsed is None:  # two threads may parse the same graph once each: harmless
+            try:
+                parsed = _graph_nodes([raw], "partition")
+            except PARSE_ERRORS as e:
+                parsed = _reason(e)
+            with self._lock:
+                self._parsed[digest] = parsed
+        if isinstance(parsed, str):
+            raise InputFileError(f"{path}: its partition graph is not a readable GraphDef "
+                                 f"({parsed})")
+        return parsed
+
+
+def _reason(e: BaseException) -> str:
+    """An exception as a short reason on one line."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, RecursionError):
+        text = "nested too deeply"
+    elif isinstance(e, MemoryError):
+        text = "too large to decode here"
+    elif not isinstance(e, DecodeError):
+        text = f"{type(e).__name__}: {text}"
+    return text[:300]
 
 
 def native_decoder_available() -> bool:
@@ -252,12 +334,18 @@ class _FileReader:
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self.stat: list[int] = []  # of the file last read: size, mtime_ns, ctime_ns, inode
 
     def read(self, path: str | Path, expected_size: int | None = None) -> memoryview:
         """The file's bytes, valid until the next read."""
         try:
             with open(path, "rb", buffering=0) as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size = st.st_size
+                self.stat = [size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+                if size > MAX_MESSAGE_BYTES:
+                    raise InputFileError(f"{path}: {size} bytes, more than protobuf reads in "
+                                         "one message (2 GiB); not a step file")
                 if len(self._buf) <= size:
                     self._buf = bytearray(size + 1 + size // 4)
                 view = memoryview(self._buf)
@@ -297,51 +385,79 @@ def walk_step_bytes(stats_bytes: Buffer, step: int, source: str) -> StepFrames:
     """StepStats bytes -> frames with protobuf (the reference; the C decoder's fallback)."""
     try:
         stats = step_stats_pb2.StepStats.FromString(bytes(stats_bytes))
-    except (DecodeError, RuntimeError) as e:
-        raise InputFileError(f"{source}: not a readable RunMetadata ({e})") from None
+    except PARSE_ERRORS as e:
+        raise InputFileError(f"{source}: not a readable RunMetadata ({_reason(e)})") from None
     if not stats.dev_stats:
         raise _no_step_stats(source)
     return _walk_step_stats(stats, step)
 
 
-def ingest_step_files(items: Iterable[StepItem], native: bool | None = None) -> StepBatch:
-    """Step files -> one set of frames. A file that cannot be read is reported in `errors`
-    and adds no rows. The C decoder reads the files unless `native` is False; a file it
-    does not accept is walked with protobuf, which decides whether it is valid."""
+def ingest_step_files(items: Iterable[StepItem], native: bool | None = None,
+                      partition_graphs: PartitionGraphs | None = None,
+                      digests: bool = False) -> StepBatch:
+    """Step files -> one set of frames. A file that cannot be read (its partition graphs
+    included) is reported in `errors` and adds no rows; so is a step without node stats.
+    The C decoder reads the files unless `native` is False; a file it does not accept is
+    walked with protobuf, which decides whether it is valid. `partition_graphs` shares
+    the parsed graphs between the batches of a load; `digests` fills StepBatch.files."""
     use_native = native_decoder_available() if native is None else native
     decoder = _stepstats.Decoder() if use_native and _stepstats is not None else None
+    parsed = partition_graphs if partition_graphs is not None else PartitionGraphs()
     items = list(items)
     walked: list[StepFrames] = []
-    graphs: dict[bytes, bytes] = {}
+    graphs: dict[bytes, pl.DataFrame] = {}
     errors: list[str] = []
     reader = _FileReader()
     recent: list[bytes] = []  # the last distinct partition graphs seen (at most 16)
+    files: dict[str, list[Any]] = {}
     for path, step, size in items:
         try:
             raw = reader.read(path, size)
+            # ~10 GB/s without the GIL: the cache's key covers every byte read.
+            if digests:
+                files[str(path)] = [*reader.stat, content.of(raw)]
             stats, step_graphs = _split_step(raw, str(path))
+            # Steps of one graph repeat its partition graphs (in a few byte orders:
+            # TensorFlow serializes attr maps in no fixed order). Comparing with the recent
+            # ones is ~10x cheaper than hashing each step's again.
+            new: dict[bytes, pl.DataFrame] = {}
+            for g in step_graphs:
+                copy = bytes(g)
+                if copy in recent:
+                    continue
+                digest = hashlib.blake2b(copy, digest_size=16).digest()
+                new[digest] = parsed.nodes(digest, copy, path)
+                recent = [copy, *recent[:15]]
             if decoder is not None and path is items[0][0]:
                 decoder.expect(len(stats) * len(items))  # steps of a run are alike in size
             devices = decoder.add(stats, step) if decoder is not None else None
             if devices is None:
-                walked.append(walk_step_bytes(stats, step, str(path)))
-            elif devices == 0:
+                frames = walk_step_bytes(stats, step, str(path))
+                nodes, nameless = frames.nodes.height, frames.nameless
+            else:
+                assert decoder is not None
+                nodes, nameless = decoder.added, decoder.nameless
+            if not devices and devices is not None:
                 raise _no_step_stats(str(path))
+            if not nodes:
+                raise InputFileError(f"{path}: step {step} has no node stats"
+                                     + (f" ({nameless} without a node name)" if nameless
+                                        else "") + "; left out")
+            if devices is None:
+                walked.append(frames)
+            if nameless:
+                errors.append(f"{path}: {nameless} node stats without a node name left out")
         except InputFileError as e:
             errors.append(str(e))
             continue
-        # Steps of one graph repeat its partition graphs (in a few byte orders: TensorFlow
-        # serializes attr maps in no fixed order). Comparing with the recent ones is ~10x
-        # cheaper than hashing each step's again.
-        for g in step_graphs:
-            copy = bytes(g)
-            if copy in recent:
-                continue
-            recent = [copy, *recent[:15]]
-            graphs.setdefault(hashlib.blake2b(copy, digest_size=16).digest(), copy)
+        except INPUT_ERRORS as e:
+            errors.append(f"{path}: not a readable RunMetadata ({_reason(e)})")
+            continue
+        for digest, frame in new.items():
+            graphs.setdefault(digest, frame)
     parts = ([_decoded_frames(decoder.finish())] if decoder is not None else []) + walked
     parts = [p for p in parts if p.nodes.height]
-    return StepBatch(concat_step_frames(parts) if parts else None, graphs, errors)
+    return StepBatch(concat_step_frames(parts) if parts else None, graphs, errors, files)
 
 
 def concat_step_frames(parts: list[StepFrames], in_order: bool = False) -> StepFrames:
@@ -512,12 +628,15 @@ def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
     thread_rows: list[tuple] = []
     shape_codes: dict[bytes, int] = {}
     shapes: list[list[int]] = []
-    idx = 0
+    idx = nameless = 0
     for dev in stats.dev_stats:
         lane = dev.device
         for tid, tname in dev.thread_names.items():
             thread_rows.append((lane, tid, tname))
         for ns in dev.node_stats:
+            if not ns.node_name:  # not an execution TensorFlow writes: left out, counted
+                nameless += 1
+                continue
             total = peak = live = inuse = temp = persist = out_bytes = 0
             if ns.memory:
                 for mem in ns.memory:
@@ -569,6 +688,7 @@ def _walk_step_stats(stats: step_stats_pb2.StepStats, step: int) -> StepFrames:
         memory=_rows_frame(mem_rows, _MEMORY_ROW, MEMORY_SCHEMA, step),
         allocations=_rows_frame(alloc_rows, _ALLOC_ROW, ALLOCATION_SCHEMA, step),
         threads=_rows_frame(thread_rows, ["lane", "thread_id", "name"], THREAD_SCHEMA, step),
+        nameless=nameless,
     )
 
 
@@ -584,21 +704,32 @@ def _shape_dims(shape) -> list[int] | None:
 
 
 def ingest_graph_defs(graphs: Iterable[bytes], source: str, kind: str) -> pl.DataFrame:
-    """GraphDefs -> one row per node: op type, device, inputs and the attrs we use."""
+    """GraphDefs -> one row per node: op type, device, inputs and the attrs we use.
+
+    InputFileError naming `source` for bytes that are not a GraphDef (or hold strings
+    that are not UTF-8)."""
+    try:
+        return _graph_nodes(graphs, kind)
+    except PARSE_ERRORS as e:
+        raise InputFileError(f"{source}: not a readable GraphDef ({_reason(e)})") from None
+
+
+def _text_attr(attr, key: str) -> str | None:
+    """A string attr as text; UnicodeDecodeError (an input error) when it is not UTF-8."""
+    return attr[key].s.decode() if key in attr else None
+
+
+def _graph_nodes(graphs: Iterable[bytes], kind: str) -> pl.DataFrame:
     cols: dict[str, list] = {k: [] for k in GRAPH_NODE_SCHEMA}
     for raw in graphs:
-        try:
-            graph = graph_pb2.GraphDef.FromString(raw)
-        except (DecodeError, RuntimeError) as e:
-            raise InputFileError(f"{source}: not a readable GraphDef ({e})") from None
+        graph = graph_pb2.GraphDef.FromString(raw)
         for node in graph.node:
             attr = node.attr
             cols["name"].append(node.name)
             cols["op"].append(node.op)
             cols["device"].append(node.device)
             cols["inputs"].append(list(node.input))
-            fmt = attr["data_format"].s.decode() if "data_format" in attr else None
-            cols["data_format"].append(fmt)
+            cols["data_format"].append(_text_attr(attr, "data_format"))
             dtype = None
             for key in ("T", "dtype", "SrcT"):
                 if key in attr:
@@ -613,7 +744,7 @@ def ingest_graph_defs(graphs: Iterable[bytes], source: str, kind: str) -> pl.Dat
             else:
                 cols["output_shapes"].append(None)
             for key in ("tensor_name", "send_device", "recv_device"):  # Send/Recv pairing
-                cols[key].append(attr[key].s.decode() if key in attr else None)
+                cols[key].append(_text_attr(attr, key))
             cols["fused_ops"].append([s.decode() for s in attr["fused_ops"].list.s]
                                      if "fused_ops" in attr else None)
             cols["source"].append(kind)
@@ -637,8 +768,8 @@ def ingest_op_log_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         op_log = tfprof_log_pb2.OpLogProto.FromString(path.read_bytes())
     except OSError as e:
         raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (DecodeError, RuntimeError) as e:
-        raise InputFileError(f"{path}: not a readable OpLogProto ({e})") from None
+    except PARSE_ERRORS as e:
+        raise InputFileError(f"{path}: not a readable OpLogProto ({_reason(e)})") from None
     strings = dict(op_log.id_to_string)
     ops: dict[str, list] = {k: [] for k in OP_LOG_SCHEMA}
     code: dict[str, list] = {k: [] for k in CODE_SCHEMA}

@@ -5,8 +5,10 @@ the source) -> one Run.
 For run directories (analyzer/sources/rundir.py reads them with `_load_run_dir`), step
 files are ingested in batches, in parallel threads (C decoder) or processes
 (protobuf fallback); a step file that cannot be read is skipped with a one-line warning
-naming it, and the other steps still load. A second load of the same run reads the
-Parquet cache (analyzer/cache.py).
+naming it, and the other steps still load; likewise a worker of a multi-worker run. A
+second load of the same run reads the Parquet cache (analyzer/cache.py); a cache that
+cannot be read, even one found damaged only when a frame is first used, means the run
+dir is ingested again, with one warning.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,16 +35,23 @@ from analyzer.stepselect import analysed, step_flags
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
+Warn = Callable[[str], None]
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
 
 
 def _manifest_sizes(run: RunDir) -> dict[int, int]:
+    """The step files' sizes the manifest lists (rundir checked that `steps` is a list)."""
     sizes: dict[int, int] = {}
-    for entry in run.manifest.get("steps", []) or []:
-        if isinstance(entry, dict) and isinstance(entry.get("step"), int):
-            if isinstance(entry.get("bytes"), int):
+    entries = run.manifest.get("steps")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and _is_int(entry.get("step")):
+            if _is_int(entry.get("bytes")):
                 sizes[entry["step"]] = entry["bytes"]
     return sizes
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 BATCH_FILES = 512  # at most, per batch
@@ -58,11 +68,13 @@ def _batches(items: list[ingest.StepItem], jobs: int) -> list[list[ingest.StepIt
 
 
 _seen_graphs: set[bytes] = set()  # per worker process: partition graphs already sent back
+_parsed_graphs = ingest.PartitionGraphs()  # per worker process
 
 
-def _ingest_batch_in_process(batch: list[ingest.StepItem]) -> ingest.StepBatch:
+def _ingest_batch_in_process(batch: list[ingest.StepItem], digests: bool) -> ingest.StepBatch:
     """Process-pool worker: a batch, without the partition graphs it already sent."""
-    result = ingest.ingest_step_files(batch)
+    result = ingest.ingest_step_files(batch, partition_graphs=_parsed_graphs,
+                                      digests=digests)
     for digest in list(result.graphs):
         if digest in _seen_graphs:
             del result.graphs[digest]
@@ -70,8 +82,10 @@ def _ingest_batch_in_process(batch: list[ingest.StepItem]) -> ingest.StepBatch:
     return result
 
 
-def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ingest.StepBatch]:
-    """Every step file of `run`, in batches, in parallel where it pays.
+def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
+                  ) -> list[ingest.StepBatch]:
+    """Every step file of `run`, in batches, in parallel where it pays (`digests`: with
+    each file's content digest, for the cache's key).
 
     With the C decoder, threads (it releases the GIL; no process start-up, no pickling);
     without it, processes once there is enough to do (the protobuf walk holds the GIL).
@@ -79,17 +93,25 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None) -> list[ing
     sizes = _manifest_sizes(run)
     items: list[ingest.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
     batches = _batches(items, jobs)
+    ingest_batch = functools.partial(ingest.ingest_step_files,
+                                     partition_graphs=ingest.PartitionGraphs(), digests=digests)
     if jobs > 1 and len(batches) > 1:
         if ingest.native_decoder_available():
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                return _collect(pool.map(ingest.ingest_step_files, batches), batches,
-                                progress)
-        total_bytes = sum(os.stat(p).st_size for p, _, _ in items)
+                return _collect(pool.map(ingest_batch, batches), batches, progress)
+        total_bytes = sum(_size(p) for p, _, _ in items)
         if total_bytes >= PARALLEL_MIN_BYTES:
-            results = _ingest_in_processes(batches, jobs, progress)
+            results = _ingest_in_processes(batches, jobs, progress, digests)
             if results is not None:
                 return results
-    return _collect(map(ingest.ingest_step_files, batches), batches, progress)
+    return _collect(map(ingest_batch, batches), batches, progress)
+
+
+def _size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # reported when the file is read
+        return 0
 
 
 def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.StepItem]],
@@ -105,12 +127,14 @@ def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.Step
 
 
 def _ingest_in_processes(batches: list[list[ingest.StepItem]], jobs: int,
-                         progress: Progress | None) -> list[ingest.StepBatch] | None:
+                         progress: Progress | None, digests: bool
+                         ) -> list[ingest.StepBatch] | None:
     """Batches in a pool of processes; None when no pool can run here (go serial)."""
     try:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(jobs, len(batches)), mp_context=ctx) as pool:
-            return _collect(pool.map(_ingest_batch_in_process, batches), batches, progress)
+            return _collect(pool.map(_ingest_batch_in_process, batches,
+                                     itertools.repeat(digests)), batches, progress)
     except (BrokenProcessPool, OSError, RuntimeError):
         # No pool here: no /dev/shm, or a script without `if __name__ == "__main__"`,
         # which the spawn start method needs. Serial ingest gives the same frames.
@@ -141,34 +165,35 @@ def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | 
         return ingest.empty_op_log(), f"{e}; float_ops and the code view are unavailable"
 
 
-def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
-                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
+                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]]]:
+    """The run dir's frames, warnings, and what was read of each step file (stat and
+    content digest, for the cache's key)."""
     warnings: list[str] = []
+    files: dict[str, list[Any]] = {}
     steps: list[ingest.StepFrames] = []
     seen: set[bytes] = set()
-    partition_reads: list[Future] = []
-    # graph.pb, op_log.pb and the distinct partition graphs (Python walks) are read beside
-    # the step files, whose decoding leaves the main thread idle.
+    partition_graphs: list[pl.DataFrame] = []
+    # graph.pb and op_log.pb (Python walks) are read beside the step files, whose
+    # decoding leaves the main thread idle. Partition graphs are parsed with the step file
+    # that first holds them, so that a bad one skips that file only.
     with ThreadPoolExecutor(max_workers=1) as side:
         graph_read = side.submit(_read_graph, run)
         op_log_read = side.submit(_read_op_log, run)
-        for batch in _ingest_steps(run, jobs, progress):
+        for batch in _ingest_steps(run, jobs, progress, digests):
             warnings.extend(batch.errors)
+            files.update(batch.files)
             if batch.frames is not None:
                 steps.append(batch.frames)
-            new = [g for digest, g in batch.graphs.items() if digest not in seen]
+            partition_graphs += [g for digest, g in batch.graphs.items() if digest not in seen]
             seen.update(batch.graphs)
-            if new:
-                partition_reads.append(side.submit(
-                    ingest.ingest_graph_defs, new, f"{run.path}/steps (partition graphs)",
-                    "partition"))
         graph, graph_warning = graph_read.result()
         (op_log, code), op_log_warning = op_log_read.result()
-        partition_graphs = [f.result() for f in partition_reads]
     if not steps:
+        problems = [*run.warnings, *warnings]
         raise RunDirError(
-            f"{run.path}: no readable step file ({len(warnings)} skipped; first: "
-            f"{warnings[0] if warnings else 'none'})"
+            f"{run.path}: no readable step file ({len(problems)} skipped; first: "
+            f"{problems[0] if problems else 'none'})"
         )
     warnings += [w for w in (graph_warning, op_log_warning) if w]
     graph_frames = ([graph] if graph is not None else []) + partition_graphs
@@ -190,7 +215,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None
     frames["output_keys"] = merged.output_keys.select(worker, pl.all())
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
-    return frames, warnings
+    return frames, warnings, files
 
 
 LACKS_SCHEMA = {"what": pl.String, "why": pl.String}
@@ -221,7 +246,7 @@ def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
            for kind in TREE_KINDS},
     }
     later: dict[str, Future] = {name: Future() for name in builders}
-    cache.store_in_background(part, cache_key, {**frames, **later}, warnings)
+    cache.store_in_background(part, cache_key, {**frames, **later}, warnings, read.digests)
     try:
         for name, build in builders.items():
             frames[name] = build()
@@ -263,6 +288,44 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
     return concat
 
 
+def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
+                   progress: Progress | None, warn: Warn) -> tuple[dict[str, Any], list[str]]:
+    """The part's frames from its cache (read when first used), or read (and the cache
+    written) when there is none that matches, or it cannot be read."""
+    try:
+        key: dict[str, Any] | None = cache.fingerprint(part)
+    except OSError:  # a file went away since the scan: the source reports it; no cache
+        key = None
+    cached = cache.load(part, key) if key is not None else None
+    if isinstance(cached, cache.CacheDamaged):
+        warn(f"{cached}; recomputed")
+    elif cached is not None:
+        readers, warnings = cached
+        return _guarded(readers, source, part, jobs, key, warn), warnings
+    return _fresh_frames(source, part, jobs, progress, key)
+
+
+def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part, jobs: int,
+             key: dict[str, Any] | None, warn: Warn) -> dict[str, Callable[[], pl.DataFrame]]:
+    """Readers of cached frames that, if the cache turns out damaged when a frame is read,
+    read the part again (once, rewriting the cache) and give the frame from there."""
+    fresh: list[dict[str, pl.DataFrame]] = []
+    lock = threading.Lock()  # views may read frames from several threads
+
+    def read(name: str) -> pl.DataFrame:
+        if not fresh:
+            try:
+                return readers[name]()
+            except cache.CacheDamaged as e:
+                with lock:
+                    if not fresh:
+                        warn(f"{part.path}: cache damaged ({e}); recomputed")
+                        fresh.append(_fresh_frames(source, part, jobs, None, key)[0])
+        return fresh[0][name]
+
+    return {name: functools.partial(read, name) for name in readers}
+
+
 def load_run(
     path: str | os.PathLike[str],
     *,
@@ -271,6 +334,7 @@ def load_run(
     progress: Progress | None = None,
     source: str | None = None,
     chosen: sources.Selection | None = None,
+    on_warning: Warn | None = None,
 ) -> Run:
     """Read the profile at `path` into one Run (worker is a column): the source that
     accepts it (`source`, a kind, forces one) splits it into parts, each read (or taken
@@ -280,6 +344,9 @@ def load_run(
     `chosen`: what the user picked among what the path holds (e.g. `workers` merges run
     dirs that do not look like one job). Raises RunDirError when no source reads the path
     or nothing in it can be read.
+    A part that cannot be read is left out with a warning when there are others. Warnings
+    found after this returns (a cache damaged under a frame read later) are added to
+    `Run.warnings` and given to `on_warning`.
     """
     reader = sources.detect(path, source)
     parts = reader.parts(Path(path), chosen or sources.Selection())
@@ -288,34 +355,53 @@ def load_run(
     frames_of: list[dict[str, Any]] = []
     warnings: list[str] = []
     lacks: dict[str, str] = {}
+    loaded: list[sources.Part] = []
+    loading = True
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning is not None and not loading:
+            on_warning(message)
+
     for part in parts:
-        key = cache.fingerprint(part) if use_cache else None
-        cached = cache.load(part, key) if key is not None else None
+        warnings.extend(part.warnings)  # what finding the parts could not read
         frames: dict[str, Any]
-        if cached is not None:
-            frames, part_warnings = cached
-        else:
-            frames, part_warnings = _fresh_frames(reader, part, jobs, progress, key)
+        try:
+            if use_cache:
+                frames, part_warnings = _cached_frames(reader, part, jobs, progress, warn)
+            else:
+                frames, part_warnings = _fresh_frames(reader, part, jobs, progress, None)
+        except (RunDirError, InputFileError) as e:
+            if len(parts) == 1:
+                raise
+            warnings.append(f"{e}; worker {part.worker} left out")
+            continue
         lacking = built(frames["lacks"])
         lacks.update(zip(lacking.get_column("what").to_list(),
                          lacking.get_column("why").to_list(), strict=True))
         frames_of.append(frames)
+        loaded.append(part)
         warnings.extend(part_warnings)
+    if not frames_of:
+        raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
+    loading = False
     frames = {name: _merged(frames_of, name) for name in Run.FRAMES}
-    paths = [p.path for p in parts]
+    paths = [p.path for p in loaded]
     if not use_cache:
-        return Run.from_frames(frames, paths=paths, warnings=warnings, lacks=lacks)
-    run = Run.from_frames(
-        frames,
-        paths=paths,
-        warnings=warnings,
-        lacks=lacks,
-        derived={"code_paths": _merged(frames_of, "code_paths"),
-                 "step_flags": _merged(frames_of, "step_flags")},
-    )
-    # For the default steps (analyzer.stepselect.analysed hands them on). Trees of several
-    # workers come from their merged numbers, not from their trees.
-    run.defaults = {"node_stats": _merged(frames_of, "node_stats"),
-                    **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
-                       if len(frames_of) == 1 else {})}
+        run = Run.from_frames(frames, paths=paths, warnings=warnings, lacks=lacks)
+    else:
+        run = Run.from_frames(
+            frames,
+            paths=paths,
+            warnings=warnings,
+            lacks=lacks,
+            derived={"code_paths": _merged(frames_of, "code_paths"),
+                     "step_flags": _merged(frames_of, "step_flags")},
+        )
+        # For the default steps (analyzer.stepselect.analysed hands them on). Trees of
+        # several workers come from their merged numbers, not from their trees.
+        run.defaults = {"node_stats": _merged(frames_of, "node_stats"),
+                        **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
+                           if len(frames_of) == 1 else {})}
+    run.warnings = warnings  # the same list: warnings found later appear in it
     return run

@@ -27,6 +27,7 @@ GRAPH = "graph.pb"
 OP_LOG = "op_log.pb"
 STEPS_DIR = "steps"
 STEP_FILE_RE = re.compile(r"^step-(\d+)\.pb$")
+MAX_STEP = 2**63 - 1  # global steps are int64 in TensorFlow and in our frames
 
 
 def step_file_name(step: int) -> str:
@@ -146,7 +147,8 @@ class RunDir:
     """One run directory found on disk: its step files by global step, and metadata files.
 
     Step files are path strings: a big run has thousands, and a Path costs ~10 us each
-    (more than the rest of opening a cached run)."""
+    (more than the rest of opening a cached run). `warnings`: what the scan could not read
+    (one line each, naming the file), which the loader reports."""
 
     path: Path
     worker: str
@@ -154,82 +156,173 @@ class RunDir:
     graph: Path | None
     op_log: Path | None
     manifest: dict[str, Any]
+    warnings: tuple[str, ...] = ()
 
 
-def _step_files(steps_dir: Path, first_only: bool = False) -> dict[int, str]:
-    """Step files by global step (scandir: no stat per file, which a big run feels)."""
+def _step_files(steps_dir: Path, first_only: bool = False,
+                problems: list[str] | None = None) -> dict[int, str]:
+    """Step files by global step (scandir: no stat per file, which a big run feels).
+
+    An entry named like a step file that cannot be used (a symlink loop, a directory or
+    other special file, a step number beyond int64) is reported in `problems` and the
+    scan goes on; so is a steps/ folder that cannot be listed."""
     found: dict[int, str] = {}
+    report = problems.append if problems is not None else (lambda _: None)
     try:
         with os.scandir(steps_dir) as entries:
             for entry in entries:
                 m = STEP_FILE_RE.match(entry.name)
-                if m and entry.is_file():
-                    found[int(m.group(1))] = entry.path
-                    if first_only:
-                        break
-    except OSError:
+                if not m:
+                    continue
+                try:
+                    regular = entry.is_file()
+                except OSError as e:  # a symlink loop, a dangling link's parent...
+                    report(f"{entry.path}: cannot read ({e.strerror or e}); skipped")
+                    continue
+                step = int(m.group(1))
+                if not regular:
+                    report(f"{entry.path}: not a regular file; skipped")
+                elif step > MAX_STEP:
+                    report(f"{entry.path}: step number beyond int64; skipped")
+                else:
+                    found[step] = entry.path
+                if first_only and found:
+                    break
+    except FileNotFoundError:
         return found
+    except OSError as e:
+        report(f"{steps_dir}: cannot list ({e.strerror or e})")
     return dict(sorted(found.items()))
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest if it is readable JSON, else {} (readers must not require it)."""
+def _read_manifest(path: Path, problems: list[str] | None = None) -> dict[str, Any]:
+    """The manifest if it is readable JSON, else {} (readers must not require it); why
+    not goes to `problems` when the file is there but unreadable."""
     try:
-        data = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
+        data = json.loads((path / MANIFEST).read_bytes())
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else (
+            getattr(e, "strerror", None) or " ".join(str(e).split()))
+        if problems is not None:
+            problems.append(f"{path / MANIFEST}: not a readable JSON file ({reason}); ignored")
+        return {}
+    if not isinstance(data, dict):
+        if problems is not None:
+            problems.append(f"{path / MANIFEST}: not a JSON object; ignored")
+        return {}
+    return data
 
 
 def is_run_dir(path: Path) -> bool:
-    """A run is a directory with a steps/ folder holding at least one step file."""
-    return path.is_dir() and bool(_step_files(path / STEPS_DIR, first_only=True))
+    """A run is a directory with a steps/ folder holding at least one step file (or an
+    entry named like one, which the loader then reports)."""
+    if not path.is_dir():
+        return False
+    problems: list[str] = []
+    return bool(_step_files(path / STEPS_DIR, first_only=True, problems=problems) or problems)
 
 
-def _check_manifest(path: Path, manifest: dict[str, Any]) -> None:
+def _check_manifest(path: Path, manifest: dict[str, Any], problems: list[str]) -> None:
+    """Refuse a manifest of another format or a newer version; a wrong-typed step list
+    is reported in `problems` and ignored (the step files are what counts)."""
     if not manifest:
         return
     if manifest.get("format", FORMAT_NAME) != FORMAT_NAME:
         raise RunDirError(f"{path / MANIFEST}: format {manifest.get('format')!r} is not "
                           f"{FORMAT_NAME!r}")
     version = manifest.get("version", FORMAT_VERSION)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise RunDirError(f"{path / MANIFEST}: run-dir format version {version!r} is newer "
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RunDirError(f"{path / MANIFEST}: run-dir format version {version!r:.40} is not "
+                          "an integer")
+    if version > FORMAT_VERSION:
+        raise RunDirError(f"{path / MANIFEST}: run-dir format version {version} is newer "
                           f"than this runlens reads ({FORMAT_VERSION}); upgrade runlens")
+    if not isinstance(manifest.get("steps", []), list):
+        problems.append(f"{path / MANIFEST}: 'steps' is not a list; ignored")
+        manifest["steps"] = []
 
 
-def _open_run(path: Path, worker: str) -> RunDir:
-    manifest = _read_manifest(path)
-    _check_manifest(path, manifest)
+def _open_run(path: Path, worker: str, problems: list[str] | None = None) -> RunDir:
+    problems = list(problems or [])
+    manifest = _read_manifest(path, problems)
+    _check_manifest(path, manifest, problems)
     graph = path / GRAPH
     op_log = path / OP_LOG
+    steps = _step_files(path / STEPS_DIR, problems=problems)
     return RunDir(
         path=path,
         worker=worker,
-        steps=_step_files(path / STEPS_DIR),
-        graph=graph if graph.is_file() else None,
-        op_log=op_log if op_log.is_file() else None,
+        steps=steps,
+        graph=graph if _is_file(graph) else None,
+        op_log=op_log if _is_file(op_log) else None,
         manifest=manifest,
+        warnings=tuple(problems),
     )
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False also when the folder cannot be searched (Python < 3.12 raises)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def find_runs(path: str | os.PathLike[str], workers: bool = False) -> list[RunDir]:
     """The run dirs at `path`: the directory itself, or its subdirectories (one per worker).
 
     Raises RunDirError with a one-line reason when `path` holds no run, or holds run dirs
-    that are not one job (analyzer.samejob) unless `workers` forces merging them.
+    that are not one job (analyzer.samejob) unless `workers` forces merging them. A
+    subdirectory that cannot be read, or whose manifest is refused, is reported in the
+    first run dir's warnings and left out.
     """
     root = Path(path)
-    if not root.exists():
-        raise RunDirError(f"{root}: no such file or directory")
+    try:
+        os.stat(root)
+    except FileNotFoundError:
+        raise RunDirError(f"{root}: no such file or directory") from None
+    except OSError as e:  # a folder on the way that cannot be searched, a loop...
+        raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
     if not root.is_dir():
         raise RunDirError(f"{root}: not a run directory (expected a directory with steps/)")
+    try:
+        os.listdir(root)
+    except OSError as e:
+        raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
     if is_run_dir(root):
         return [_open_run(root, worker=_worker_name(root, None))]
-    found = [p for p in sorted(root.iterdir()) if is_run_dir(p)]
+    try:
+        children = sorted(root.iterdir())
+    except OSError as e:
+        raise RunDirError(f"{root}: cannot read ({e.strerror or e})") from None
+    found, problems = [], []
+    for p in children:
+        try:
+            os.stat(p)
+            if p.is_dir():
+                os.listdir(p)
+        except OSError as e:
+            problems.append(f"{p}: cannot read ({e.strerror or e}); left out")
+            continue
+        if is_run_dir(p):
+            found.append(p)
     if not found:
-        raise RunDirError(f"{root}: not a run directory (no steps/step-*.pb found)")
-    runs = [_open_run(p, worker=_worker_name(p, p.name)) for p in found]
+        raise RunDirError(f"{root}: not a run directory (no steps/step-*.pb found"
+                          + (f"; {problems[0]}" if problems else "") + ")")
+    runs, refused = [], []
+    for p in found:  # a worker whose manifest is refused is left out, not the run
+        try:
+            runs.append(_open_run(p, worker=_worker_name(p, p.name)))
+        except RunDirError as e:
+            refused.append(e)
+            problems.append(f"{e}; worker left out")
+    if not runs:
+        raise refused[0]
+    first = runs[0]
+    runs[0] = RunDir(first.path, first.worker, first.steps, first.graph, first.op_log,
+                     first.manifest, (*problems, *first.warnings))
     check_one_job(root, runs, force=workers)
     return runs
 

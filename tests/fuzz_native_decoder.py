@@ -2,7 +2,8 @@
 
 Builds analyzer/_stepstats.c with -fsanitize=address,undefined into a temp dir, then feeds
 it mutated StepStats from the committed fixtures (the mutations of
-tests/test_native_decoder.py). Any memory error or undefined behaviour aborts with the
+tests/test_native_decoder.py), and every fourth iteration a mutated whole step file to its
+RunMetadata splitter. Any memory error or undefined behaviour aborts with the
 sanitizer's report; a clean run prints how many inputs it decoded.
 
     python tests/fuzz_native_decoder.py [--iterations 150000] [--seed 7]
@@ -51,14 +52,15 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    seeds = []
+    seeds, files = [], []
     for name in SEED_FIXTURES:
         run = find_runs(ROOT / "fixtures" / "runs" / name)[0]
         raw = Path(next(iter(run.steps.values()))).read_bytes()
         seeds.append(bytes(ingest.split_run_metadata(raw)[0]))
+        files.append(raw)
     rng = random.Random(seed)
-    accepted = 0
-    for _ in range(iterations):
+    accepted = split = 0
+    for i in range(iterations):
         data = rng.choice(seeds)
         if len(data) > 20_000:  # a window of the big steps keeps iterations fast
             start = rng.randrange(len(data) - 20_000)
@@ -68,7 +70,15 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
             if decoder.add(mutated, 3):
                 accepted += 1
                 decoder.finish()
-    print(f"{iterations} mutated inputs, {accepted} accepted, no sanitizer report")
+        if i % 4 == 0:  # the RunMetadata splitter, on whole step files
+            for mutated in _mutations(rng.choice(files), rng, 1):
+                try:
+                    module.split_run_metadata(mutated)
+                    split += 1
+                except ValueError:
+                    pass
+    print(f"{iterations} mutated StepStats, {accepted} accepted; "
+          f"{(iterations + 3) // 4} mutated RunMetadata, {split} split; no sanitizer report")
 
 
 def main() -> int:

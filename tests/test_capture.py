@@ -278,6 +278,24 @@ def test_disk_full_mid_training_stops_capture_keeps_complete_steps(tmp_path):
         assert md.step_stats.dev_stats
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_disk_full_writing_op_log_names_op_log(tmp_path):
+    """Room for graph.pb but not op_log.pb: the one warning names the file that failed."""
+    ref = tmp_path / "ref"
+    assert _run(_train_cmd(ref, "--steps", "1")).returncode == 0
+    graph, op_log = ((ref / f).stat().st_size for f in ("graph.pb", "op_log.pb"))
+    size_kb = -(-graph // 4096) * 4 + 4  # graph.pb's pages and one more: op_log.pb is bigger
+    assert op_log > 4096 * 2, "the model's op log must not fit in the spare page"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    train = " ".join(_train_cmd(mnt / "run", "--steps", "3"))
+    proc = _run(["unshare", "-m", "sh", "-c",
+                 f"mount -t tmpfs -o size={size_kb}k tmpfs {mnt} && {train}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = _runlens_warnings(proc.stderr)
+    assert len(warnings) == 1 and "writing op_log.pb failed" in warnings[0], warnings
+
+
 def test_sigkill_mid_training_leaves_only_whole_step_files(tmp_path):
     """Kill the trainer at several moments; every step file left must parse and be complete.
 

@@ -48,6 +48,10 @@ OUR_TO_TF = {
     "tfprof_log_pb2": "tensorflow.core.profiler.tfprof_log_pb2",
     "types_pb2": "tensorflow.core.framework.types_pb2",
     "versions_pb2": "tensorflow.core.framework.versions_pb2",
+    # XSpace profiles (TF2/JAX) and the HLO metadata of JAX's: TF ships XLA's and TSL's.
+    "xplane_pb2": "tensorflow.tsl.profiler.protobuf.xplane_pb2",
+    "hlo_pb2": "tensorflow.compiler.xla.service.hlo_pb2",
+    "xla_data_pb2": "tensorflow.compiler.xla.xla_data_pb2",
 }
 
 # Our generated modules of formats that are not TensorFlow's (pprof's profile.proto).
@@ -66,7 +70,10 @@ OMITTED_TF_FIELDS = {
 
 
 def _tf_name(full_name: str) -> str:
-    """runlens.tf.X -> tensorflow.X (runlens.tf.tfprof.X -> tensorflow.tfprof.X)."""
+    """runlens.tf.X -> tensorflow.X (runlens.tf.tfprof.X -> tensorflow.tfprof.X); XLA's
+    package is `xla` (runlens.tf.xla.X -> xla.X)."""
+    if full_name == OUR_PACKAGE + ".xla" or full_name.startswith(OUR_PACKAGE + ".xla."):
+        return full_name[len(OUR_PACKAGE) + 1 :]
     if full_name == OUR_PACKAGE or full_name.startswith(OUR_PACKAGE + "."):
         return TF_PACKAGE + full_name[len(OUR_PACKAGE) :]
     return full_name

@@ -55,6 +55,12 @@ def test_detected_and_cached_per_source(folder, inner, kind, tmp_path):
     assert cached.lacks == fresh.lacks
     changed = part.files[-1]
     os.utime(changed, ns=(0, os.stat(changed).st_mtime_ns + 10**9))
+    assert cache.load(part, cache.fingerprint(part)) is not None  # touched: same content
+    data = bytearray(Path(changed).read_bytes())
+    data[-1] ^= 0xFF  # same size, other content, mtime restored
+    mtime = os.stat(changed).st_mtime_ns
+    Path(changed).write_bytes(bytes(data))
+    os.utime(changed, ns=(0, mtime))
     assert cache.load(part, cache.fingerprint(part)) is None  # its file changed
 
 

@@ -35,7 +35,8 @@ Progress = Callable[[int, int], None]
 
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
-SOURCES: tuple[str, ...] = ("rundir", "timeline", "runmetadata", "events", "tfprof")
+# xplane goes before the sources that open a file to recognize it: it goes by file name.
+SOURCES: tuple[str, ...] = ("rundir", "xplane", "timeline", "runmetadata", "events", "tfprof")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Part:
     worker: str
     files: tuple[str, ...]  # every file its frames depend on (the cache key covers them)
     detail: Any = None  # the source's own description of the part (e.g. a RunDir)
+    # What finding the part could not read (one line each, naming the file): reported on
+    # every load, cached or not.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class SourceFrames:
     frames: dict[str, pl.DataFrame]
     warnings: list[str] = field(default_factory=list)
     lacks: dict[str, str] = field(default_factory=dict)
+    # Per file read: [size, mtime_ns, ctime_ns, inode, analyzer.digest.of(its bytes)], for
+    # the cache's key (files not here are read again by the cache writer).
+    digests: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -93,8 +100,12 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
             raise RunDirError(f"unknown source {kind!r}; runlens reads: "
                               + ", ".join(sorted(by_kind)))
         return by_kind[kind]
-    if not p.exists():
-        raise RunDirError(f"{p}: no such file or directory")
+    try:
+        p.stat()
+    except FileNotFoundError:
+        raise RunDirError(f"{p}: no such file or directory") from None
+    except OSError as e:  # a folder on the way that cannot be searched, a loop...
+        raise RunDirError(f"{p}: cannot read ({e.strerror or e})") from None
     for source in sources:
         if source.accepts(p):
             return source

@@ -31,14 +31,15 @@ class RunDirSource:
             return False
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
-        return [Part(self.kind, run.path, run.worker, _files(run), detail=run)
+        return [Part(self.kind, run.path, run.worker, _files(run), detail=run,
+                     warnings=run.warnings)
                 for run in rundir.find_runs(path, workers=chosen.workers)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         from analyzer.load import _load_run_dir
 
-        frames, warnings = _load_run_dir(part.detail, jobs, progress)
-        return SourceFrames(frames, warnings, lacks(part.detail, frames))
+        frames, warnings, digests = _load_run_dir(part.detail, jobs, progress, digests=True)
+        return SourceFrames(frames, warnings, lacks(part.detail, frames), digests=digests)
 
 
 def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]:
@@ -48,9 +49,11 @@ def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]
     out: dict[str, str] = {}
     sources = set(frames["graph_nodes"].get_column("source").unique().to_list())
     partitions = bool(sources - {"graph"})
-    if run.graph is None:
-        out["graph"] = ("no graph.pb in the run dir (graph op types, parameters, data "
-                        "formats" + (")" if partitions else
+    if "graph" not in sources:
+        out["graph"] = (("no graph.pb in the run dir" if run.graph is None else
+                         "graph.pb could not be read")
+                        + " (graph op types, parameters, data formats"
+                        + (")" if partitions else
                                      "; with no partition graphs either, no dataflow edges)"))
     if not partitions:
         out["partition graphs"] = ("no partition graphs in the step files (kernels come "

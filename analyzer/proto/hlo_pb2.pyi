@@ -1,0 +1,78 @@
+from analyzer.proto import xla_data_pb2 as _xla_data_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class HloProto(_message.Message):
+    __slots__ = ("hlo_module",)
+    HLO_MODULE_FIELD_NUMBER: _ClassVar[int]
+    hlo_module: HloModuleProto
+    def __init__(self, hlo_module: _Optional[_Union[HloModuleProto, _Mapping]] = ...) -> None: ...
+
+class HloModuleProto(_message.Message):
+    __slots__ = ("name", "entry_computation_name", "computations", "id", "stack_frame_index")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STACK_FRAME_INDEX_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    entry_computation_name: str
+    computations: _containers.RepeatedCompositeFieldContainer[HloComputationProto]
+    id: int
+    stack_frame_index: StackFrameIndexProto
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+
+class HloComputationProto(_message.Message):
+    __slots__ = ("name", "instructions", "id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    instructions: _containers.RepeatedCompositeFieldContainer[HloInstructionProto]
+    id: int
+    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., id: _Optional[int] = ...) -> None: ...
+
+class HloInstructionProto(_message.Message):
+    __slots__ = ("name", "opcode", "metadata", "id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPCODE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    opcode: str
+    metadata: _xla_data_pb2.OpMetadata
+    id: int
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., id: _Optional[int] = ...) -> None: ...
+
+class StackFrameIndexProto(_message.Message):
+    __slots__ = ("file_names", "function_names", "file_locations", "stack_frames")
+    class FileLocation(_message.Message):
+        __slots__ = ("file_name_id", "function_name_id", "line")
+        FILE_NAME_ID_FIELD_NUMBER: _ClassVar[int]
+        FUNCTION_NAME_ID_FIELD_NUMBER: _ClassVar[int]
+        LINE_FIELD_NUMBER: _ClassVar[int]
+        file_name_id: int
+        function_name_id: int
+        line: int
+        def __init__(self, file_name_id: _Optional[int] = ..., function_name_id: _Optional[int] = ..., line: _Optional[int] = ...) -> None: ...
+    class StackFrame(_message.Message):
+        __slots__ = ("file_location_id", "parent_frame_id")
+        FILE_LOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+        PARENT_FRAME_ID_FIELD_NUMBER: _ClassVar[int]
+        file_location_id: int
+        parent_frame_id: int
+        def __init__(self, file_location_id: _Optional[int] = ..., parent_frame_id: _Optional[int] = ...) -> None: ...
+    FILE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAMES_FIELD_NUMBER: _ClassVar[int]
+    FILE_LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    STACK_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    file_names: _containers.RepeatedScalarFieldContainer[str]
+    function_names: _containers.RepeatedScalarFieldContainer[str]
+    file_locations: _containers.RepeatedCompositeFieldContainer[StackFrameIndexProto.FileLocation]
+    stack_frames: _containers.RepeatedCompositeFieldContainer[StackFrameIndexProto.StackFrame]
+    def __init__(self, file_names: _Optional[_Iterable[str]] = ..., function_names: _Optional[_Iterable[str]] = ..., file_locations: _Optional[_Iterable[_Union[StackFrameIndexProto.FileLocation, _Mapping]]] = ..., stack_frames: _Optional[_Iterable[_Union[StackFrameIndexProto.StackFrame, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,195 @@
+"""TF2 / JAX profiles: XSpace files (`<host>.xplane.pb`).
+
+Accepts a single `.xplane.pb`, a profile run folder holding several (one per host: each
+is a worker), or a TensorBoard logdir (`plugins/profile/<run>/`: the newest run, or the
+one `parts(path, Selection(profile_run=...))` names). The function graphs that
+analyzer.capture_tf2 writes beside a TF2 profile (`runlens.graphs.pb`) give the dataflow
+graph and op types. Reading the XSpace itself is xplane_read's job; the mapping of its
+events onto runlens's lanes and steps is described in docs/xplane.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from google.protobuf.message import DecodeError
+
+from analyzer import ingest
+from analyzer.errors import InputFileError, RunDirError
+from analyzer.proto import config_pb2
+from analyzer.sources import Part, Progress, Selection, SourceFrames
+from analyzer.sources.xplane_hlo import program_ops
+from analyzer.sources.xplane_read import frames_of, read_planes
+from analyzer.sources.xplane_wire import Plane
+from analyzer.sources.xplane_wire import read_planes as planes_of
+
+SUFFIX = ".xplane.pb"
+GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture_tf2.GRAPHS_FILE (no TF import here)
+
+LACKS_ALWAYS = {
+    "outputs": "XSpace profiles record no op outputs (tensor shapes and bytes)",
+    "memory": "XSpace profiles record no per-op memory (allocator events at most)",
+    "op_log": "XSpace profiles record no float ops or parameter counts",
+}
+
+
+def _worker(path: Path) -> str:
+    return path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
+
+
+def profile_runs(logdir: Path) -> list[Path]:
+    """The profile run folders of a TensorBoard logdir, oldest first (names are times)."""
+    root = logdir / "plugins" / "profile"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob(f"*{SUFFIX}")))
+
+
+def xplane_files(path: Path, profile_run: str | None = None) -> list[Path]:
+    """The .xplane.pb files `path` stands for (empty when it is none of the three forms)."""
+    if path.is_file():
+        return [path] if path.name.endswith(SUFFIX) else []
+    if not path.is_dir():
+        return []
+    direct = sorted(path.glob(f"*{SUFFIX}"))
+    if direct and profile_run is None:
+        return direct
+    runs = profile_runs(path)
+    if not runs:
+        return []
+    run = runs[-1] if profile_run is None else profile_run_folder(path, profile_run)
+    return sorted(run.glob(f"*{SUFFIX}"))
+
+
+def profile_run_folder(logdir: Path, name: str) -> Path:
+    """The folder of profile run `name` of a TensorBoard logdir (--profile-run)."""
+    runs = profile_runs(logdir)
+    if not runs:
+        raise RunDirError(f"{logdir}: --profile-run needs a TensorBoard logdir "
+                          "(plugins/profile/<run>/ with .xplane.pb files)")
+    chosen = [r for r in runs if r.name == name]
+    if not chosen:
+        raise RunDirError(f"{logdir}: no profile run {name!r} (it has: "
+                          + ", ".join(r.name for r in runs) + ")")
+    return chosen[0]
+
+
+def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[str]]:
+    """The partition graphs of runlens.graphs.pb (a RunMetadata of function graphs)."""
+    if graphs is None or not graphs.is_file():
+        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), []
+    try:
+        meta = config_pb2.RunMetadata.FromString(graphs.read_bytes())
+    except OSError as e:
+        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), [
+            f"{graphs}: cannot read ({e.strerror or e}); no dataflow graph"]
+    except (DecodeError, RuntimeError) as e:
+        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), [
+            f"{graphs}: not a readable RunMetadata ({e}); no dataflow graph"]
+    defs = [g.SerializeToString() for fg in meta.function_graphs for g in fg.partition_graphs]
+    frame = ingest.ingest_graph_defs(defs, str(graphs), "partition")
+    return frame.unique(subset=["name"], keep="first", maintain_order=True), []
+
+
+def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """JAX: graph nodes (framework op -> op type) and code (source frames) from the HLO
+    metadata plane."""
+    nodes: dict[str, str] = {}
+    code: dict[str, list] = {k: [] for k in ingest.CODE_SCHEMA}
+    for plane in planes:
+        if plane.name != "/host:metadata":
+            continue
+        ops, _ = program_ops(plane.meta)
+        for op in ops.values():
+            if op.op_name in nodes:
+                continue
+            nodes[op.op_name] = op.op_type
+            for depth, (file, line, func) in enumerate(op.frames):
+                for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
+                                 "func_start_line"),
+                                (op.op_name, depth, file, line, func, "", 0), strict=True):
+                    code[k].append(v)
+    graph = pl.DataFrame({"name": list(nodes), "op": list(nodes.values())},
+                         schema={"name": pl.String, "op": pl.String})
+    graph = graph.with_columns(
+        **{c: pl.lit(None, dtype=t) for c, t in ingest.GRAPH_NODE_SCHEMA.items()
+           if c not in ("name", "op", "source")},
+        source=pl.lit("hlo"),
+    ).select(list(ingest.GRAPH_NODE_SCHEMA))
+    return graph, pl.DataFrame(code, schema=ingest.CODE_SCHEMA)
+
+
+def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
+              ) -> SourceFrames:
+    """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
+    False walks it with protobuf (the C decoder's oracle in tests)."""
+    planes = planes_of(path, native)
+    ops, extra = read_planes(planes, jobs)
+    if not ops.start_ps:
+        raise InputFileError(f"{path}: no op events (a TF2/JAX profile of no op?)")
+    frames = frames_of(ops, extra, worker)
+    warnings = [f"{path}: {w}" for w in extra.warnings]
+    lacks = dict(LACKS_ALWAYS)
+    if extra.hlo:
+        graph_nodes, code = _hlo_frames(planes)
+        lacks["graph"] = "JAX profiles: HLO ops carry no dataflow edges runlens reads"
+    else:
+        graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)
+        warnings += more
+        code = pl.DataFrame(schema=ingest.CODE_SCHEMA)
+        if not graph_nodes.height:
+            lacks["graph"] = ("no function graphs beside the profile (capture with "
+                              "analyzer.capture_tf2 to get them)")
+        lacks["code"] = "TF2 profiles record no Python code locations of ops"
+    if not frames["allocations"].height:
+        lacks["allocations"] = "the profile holds no MemoryAllocation events"
+    worker_col = pl.lit(worker).alias("worker")
+    empty = {
+        "output_rows": pl.DataFrame(schema=ingest.OUTPUT_SCHEMA),
+        "output_keys": pl.DataFrame(schema={"worker": pl.String,
+                                            **ingest.OUTPUT_KEY_SCHEMA}),
+        "memory": pl.DataFrame(schema=ingest.MEMORY_SCHEMA).with_columns(worker_col),
+        "op_log": pl.DataFrame(schema=ingest.OP_LOG_SCHEMA).with_columns(worker_col),
+    }
+    out = {**frames, **empty,
+           "threads": frames["threads"].with_columns(worker_col),
+           "allocations": frames["allocations"].with_columns(worker_col),
+           "graph_nodes": graph_nodes.with_columns(worker_col),
+           "code": code.with_columns(worker_col)}
+    return SourceFrames(frames=out, warnings=warnings, lacks=lacks)
+
+
+class XPlaneSource:
+    kind = "xplane"
+    description = ("TF2/JAX profiles: a <host>.xplane.pb, a profile run folder of them, "
+                   "or a TensorBoard logdir (plugins/profile/<run>/)")
+
+    def accepts(self, path: Path) -> bool:
+        try:
+            return bool(xplane_files(path))
+        except RunDirError:
+            return True
+
+    def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        files = xplane_files(path, chosen.profile_run)
+        if not files:
+            raise RunDirError(f"{path}: no *{SUFFIX} file (not a TF2/JAX profile)")
+        parts = []
+        for f in files:
+            graphs = f.parent / GRAPHS_FILE
+            deps = (str(f),) + ((str(graphs),) if graphs.is_file() else ())
+            parts.append(Part(kind=self.kind, path=f, worker=_worker(f), files=deps,
+                              detail=tuple(files)))
+        return parts
+
+    def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
+        """One host's file. An unreadable one raises InputFileError naming it; load_run
+        leaves that worker out with a warning when the run has others."""
+        result = read_file(part.path, part.worker, jobs=jobs)
+        if progress:
+            progress(1, 1)
+        return result
+
+
+SOURCE = XPlaneSource()

@@ -1,0 +1,78 @@
+"""JAX's HLO metadata: which framework op (named-scope path, op type, source line) each
+HLO instruction of a program came from.
+
+JAX writes a `/host:metadata` plane whose event metadata hold one serialized
+`xla.HloProto` per compiled program (stat "Hlo Proto"; "program_id"). Its instructions'
+OpMetadata carries `op_name` (the `jax.named_scope` path, e.g.
+"jit(train_step)/jit(main)/dense1/dot_general"), `op_type` and a source line (directly,
+or through the module's stack frame index). Only that subset of the proto is vendored
+(analyzer/proto/hlo.proto, xla_data.proto); the rest is skipped as unknown fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from analyzer.proto import hlo_pb2, xla_data_pb2, xplane_pb2
+
+
+@dataclass(frozen=True)
+class HloOp:
+    op_name: str  # the framework op: named-scope path, or the instruction's name
+    op_type: str
+    frames: tuple[tuple[str, int, str], ...]  # (file, line, function), outermost first
+
+
+def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
+            ) -> tuple[tuple[str, int, str], ...]:
+    out: list[tuple[str, int, str]] = []
+    frame_id, seen = meta.stack_frame_id, 0
+    while 0 < frame_id <= len(index.stack_frames) and seen < 256:
+        frame = index.stack_frames[frame_id - 1]
+        loc_id = frame.file_location_id
+        if 0 < loc_id <= len(index.file_locations):
+            loc = index.file_locations[loc_id - 1]
+            file = (index.file_names[loc.file_name_id - 1]
+                    if 0 < loc.file_name_id <= len(index.file_names) else "")
+            func = (index.function_names[loc.function_name_id - 1]
+                    if 0 < loc.function_name_id <= len(index.function_names) else "")
+            out.append((file, loc.line, func))
+        frame_id, seen = frame.parent_frame_id, seen + 1
+    if not out and meta.source_file:
+        out.append((meta.source_file, meta.source_line, ""))
+    return tuple(reversed(out))  # the innermost frame was first
+
+
+def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp], list[str]]:
+    """(program_id, HLO instruction name) -> HloOp, for every program on the metadata
+    plane; and a warning per HloProto that could not be read."""
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    ops: dict[tuple[int, str], HloOp] = {}
+    warnings: list[str] = []
+    for meta in plane.event_metadata.values():
+        proto, program = None, meta.id
+        for stat in meta.stats:
+            name = stat_names.get(stat.metadata_id)
+            if name == "Hlo Proto":
+                proto = stat.bytes_value
+            elif name == "program_id":
+                program = stat.int64_value or stat.uint64_value
+        if proto is None:
+            continue
+        try:
+            module = hlo_pb2.HloProto.FromString(proto).hlo_module
+        except (DecodeError, RuntimeError) as e:
+            warnings.append(f"HLO metadata of {meta.name!r} unreadable ({e})")
+            continue
+        index = module.stack_frame_index
+        for comp in module.computations:
+            for inst in comp.instructions:
+                m = inst.metadata
+                ops[(program, inst.name)] = HloOp(
+                    op_name=m.op_name or inst.name,
+                    op_type=m.op_type or inst.opcode,
+                    frames=_frames(m, index),
+                )
+    return ops, warnings

@@ -1,0 +1,428 @@
+"""One `<host>.xplane.pb` (an XSpace) -> runlens's raw frames.
+
+What is an op (the rules of xprof's framework op stats, so that our per-op numbers are
+xprof's):
+- host planes (`/host:CPU`): events named `node:Type` (a TF op after Grappler; the type
+  an identifier starting upper case or '_'), and tf.data stages `Iterator::A::B` (type
+  "Dataset"); JAX/XLA CPU thunks (events with an `hlo_op` stat), named by the framework
+  op of their HLO instruction (see xplane_hlo);
+- device planes (`/device:GPU:N`): every event on a `Stream #N(...)` line (kernels and
+  memcpys), tied to the TF op that launched it by its `level 0` annotation.
+Derived lines a preprocessed file may hold ("TensorFlow Ops", "Steps", ...) are skipped.
+
+An op's time: `op_end_rel` is its self time (its duration less the ops nested in it on the
+same line, as xprof counts), `all_end_rel` its whole duration (the timeline draws it).
+Steps: the event's `group_id` where the file has one, else the last `train` step marker
+(`step_num`) that started at or before it (the first marker's step before any), else 0.
+Events arrive as columns (xplane_wire); per-event work is numpy, per distinct name Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analyzer import ingest
+from analyzer.sources import xplane_wire
+from analyzer.sources.xplane_hlo import HloOp, program_ops
+from analyzer.sources.xplane_wire import ABSENT, OTHER, Line, Plane
+
+HOST_LANE = "/device:CPU:0"  # canonical device lane: tfprof counts it as CPU time
+_DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
+_STREAM_LINE = re.compile(r"^Stream #(\d+)")
+_TF_TYPE = re.compile(r"^[A-Z_][A-Za-z0-9_]*$")
+_TF_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9_.\\/>\-]*$")
+STEP_MARKERS = ("train", "Profiled batch")
+_MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
+
+# Event kinds, per event metadata.
+_OTHER, _TF_OP, _DATASET, _MARKER, _MEMORY = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Ops:
+    """Op executions of one file, column by column (times in ps; names by number)."""
+
+    lane: list[np.ndarray] = field(default_factory=list)
+    thread: list[np.ndarray] = field(default_factory=list)
+    start_ps: list[np.ndarray] = field(default_factory=list)
+    dur_ps: list[np.ndarray] = field(default_factory=list)
+    self_ps: list[np.ndarray] = field(default_factory=list)
+    group: list[np.ndarray] = field(default_factory=list)
+    name: list[np.ndarray] = field(default_factory=list)  # index into `names`
+    names: list[tuple[str, str]] = field(default_factory=list)  # (node_name, op_type)
+    name_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    lanes: list[str] = field(default_factory=list)
+    threads: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def name_id(self, node: str, op_type: str) -> int:
+        key = (node, op_type)
+        got = self.name_ids.get(key)
+        if got is None:
+            got = self.name_ids[key] = len(self.names)
+            self.names.append(key)
+        return got
+
+    def lane_id(self, lane: str) -> int:
+        if lane not in self.lanes:
+            self.lanes.append(lane)
+        return self.lanes.index(lane)
+
+    def add(self, lane: int, thread: int, start: np.ndarray, dur: np.ndarray,
+            own: np.ndarray, name: np.ndarray, group: np.ndarray) -> None:
+        self.lane.append(np.full(len(start), lane, np.int32))
+        self.thread.append(np.full(len(start), thread, np.int32))
+        self.start_ps.append(start)
+        self.dur_ps.append(dur)
+        self.self_ps.append(own)
+        self.name.append(name)
+        self.group.append(group)
+
+
+@dataclass
+class Extra:
+    """What one file holds besides op executions."""
+
+    markers: list[tuple[int, int, int]] = field(default_factory=list)  # start_ps, end, step
+    # Allocator events, per line: (time_ps, allocator name, bytes: + allocated, - freed).
+    memory: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    hlo: bool = False
+
+
+def parse_op_name(name: str) -> tuple[int, str, str]:
+    """(kind, node, type) of a host event's name, as xprof's ParseTfOpFullname."""
+    if name in STEP_MARKERS:
+        return _MARKER, name, ""
+    if name in _MEMORY_EVENTS:
+        return _MEMORY, name, ""
+    if name.startswith("Iterator::"):
+        # tf.data stages: '::' becomes '/', so the scope view nests a pipeline's stages.
+        return _DATASET, name.replace("::", "/"), "Dataset"
+    node, sep, op_type = name.partition(":")
+    if sep and _TF_TYPE.match(op_type) and _TF_NAME.match(node):
+        return _TF_OP, node, op_type
+    return _OTHER, name, ""
+
+
+def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Each event's duration less the durations of the events directly nested in it
+    (events of one line nest properly, as TraceMe scopes do)."""
+    if len(start) < 2 or bool(np.all(start[1:] > start[:-1])):
+        order = np.arange(len(start))  # already in time order (a line usually is)
+    else:
+        order = np.lexsort((-dur, start))
+    s, d = np.ascontiguousarray(start[order]), np.ascontiguousarray(dur[order])
+    end = s + d
+    if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
+        return dur.copy()  # nothing nests (the common case): self time = duration
+    if xplane_wire._xplane is not None:
+        out = np.frombuffer(xplane_wire._xplane.self_times(s.tobytes(), d.tobytes()),
+                            np.int64).copy()
+    else:
+        out = d.copy()
+        stack: list[int] = []
+        for i in range(len(s)):
+            while stack and s[i] >= end[stack[-1]]:
+                stack.pop()
+            if stack:
+                out[stack[-1]] -= d[i]
+            stack.append(i)
+    result = np.empty_like(out)
+    result[order] = out
+    return result
+
+
+def _value(stat: Any, names: dict[int, str]) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind == "ref_value":
+        return names.get(stat.ref_value, "")
+    return getattr(stat, kind) if kind else None
+
+
+def _stat_of(line: Line, i: int, stat_id: int, names: dict[int, str]) -> Any:
+    """The value of stat `stat_id` of event i, whatever its type (protobuf)."""
+    for s in line.event(int(i)).stats:
+        if s.metadata_id == stat_id:
+            return _value(s, names)
+    return None
+
+
+def texts(plane: Plane, line: Line, stat_id: int | None, index: np.ndarray
+          ) -> tuple[np.ndarray, list[str]]:
+    """The text value of stat `stat_id` of the events at `index`, as (code per event, the
+    distinct texts): refs name a stat metadata, strings are read once per distinct value
+    (by its hash) with protobuf; "" where the event has none."""
+    if stat_id is None or not len(index):
+        return np.zeros(len(index), np.int64), [""]
+    value, hashed = line.stats[stat_id][index], line.hashes[stat_id][index]
+    # One int64 key: a string's hash (> 0), a ref as -ref - 1 (< 0), ABSENT as itself.
+    key = np.where(value == OTHER, hashed, np.where(value == ABSENT, value, -value - 1))
+    uniq, inverse = _factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[inverse[::-1]] = index[::-1]
+    out = []
+    for k, i in zip(uniq.tolist(), first.tolist(), strict=True):
+        if k > 0:
+            out.append(str(_stat_of(line, i, stat_id, plane.stat_names) or ""))
+        else:
+            out.append("" if k == ABSENT else plane.stat_names.get(-k - 1, ""))
+    return inverse, out
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each value's number among them): by a table where the values
+    span a small range (ids, codes: no sort), else by np.unique."""
+    if not len(values):
+        return values, np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < max(4 * len(values), 1 << 16):
+        present = np.zeros(hi - lo + 1, bool)
+        present[values - lo] = True
+        number = np.cumsum(present) - 1
+        return np.flatnonzero(present) + lo, number[values - lo]
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return uniq, inverse.ravel()
+
+
+def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of small-valued code columns: (the first row index of each distinct
+    combination, the combination number of every row), by one 1-D unique."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for c in columns:
+        uniq, rank = _factorize(c)
+        key = key * max(len(uniq), 1) + rank
+    uniq, inverse = _factorize(key)
+    first = np.zeros(len(uniq), np.int64)
+    first[inverse[::-1]] = np.arange(len(key))[::-1]
+    return first, inverse
+
+
+def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
+    """table[position of each key in the sorted `ids`], `default` where absent: by a
+    dense table indexed by id where ids are small (metadata ids are), else searchsorted."""
+    if not len(ids):
+        return np.full(len(keys), default, np.int64)
+    if 0 <= ids[0] and ids[-1] < (1 << 22):
+        dense = np.full(int(ids[-1]) + 2, default, table.dtype)
+        dense[ids] = table
+        return dense[np.clip(keys, 0, len(dense) - 1)] if len(keys) else keys
+    pos = np.clip(np.searchsorted(ids, keys), 0, len(ids) - 1)
+    return np.where(ids[pos] == keys, table[pos], default)
+
+
+def _wanted(plane: Plane, *names: str) -> tuple[int, ...]:
+    return tuple(plane.stat_ids[n] for n in names if n in plane.stat_ids)
+
+
+def _groups(line: Line, group_stat: int | None, index: np.ndarray) -> np.ndarray:
+    if group_stat is None:
+        return np.full(len(index), -1, np.int64)
+    g = line.stats[group_stat][index]
+    return np.where((g == ABSENT) | (g == OTHER), -1, g)
+
+
+def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp],
+               jobs: int) -> None:
+    kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
+    ids = np.array(sorted(kinds), dtype=np.int64)
+    codes = np.array([kinds[i][0] for i in ids], dtype=np.int64)
+    node_of = np.array([ops.name_id(*kinds[i][1:]) if kinds[i][0] in (_TF_OP, _DATASET)
+                        else -1 for i in ids], dtype=np.int64)
+    get = plane.stat_ids.get
+    hlo_stat, program_stat = get("hlo_op"), get("program_id")
+    group_stat, step_stat = get("group_id"), get("step_num")
+    lane = ops.lane_id(HOST_LANE)
+    signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
+                      for i in ids], dtype=np.int64)
+    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
+                     "allocation_bytes", "requested_bytes", "allocator_name")
+    for thread, line in enumerate(plane.lines(wanted, jobs)):
+        if not len(line.mid):
+            continue
+        base_ps = line.timestamp_ns * 1000
+        code = _lookup(ids, codes, line.mid, _OTHER)
+        node = _lookup(ids, node_of, line.mid, -1)
+        if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
+            inst = line.stats[hlo_stat]
+            thunk = np.flatnonzero((code == _OTHER) & (inst != ABSENT))
+            if len(thunk):
+                extra.hlo = True
+                program = (line.stats[program_stat][thunk] if program_stat is not None
+                           else np.zeros(len(thunk), np.int64))
+                which, instructions = texts(plane, line, hlo_stat, thunk)
+                first, inverse = _codes(which, program)
+                named = []
+                for w, prog in zip(which[first].tolist(), program[first].tolist(),
+                                   strict=True):
+                    text = instructions[w]
+                    op = hlo.get((int(prog), text))
+                    named.append(ops.name_id(op.op_name, op.op_type) if op
+                                 else ops.name_id(text, "hlo"))
+                node[thunk] = np.array(named, np.int64)[inverse]
+        index = np.flatnonzero(node >= 0)
+        if len(index):
+            off, dur = line.off[index], line.dur[index]
+            ops.add(lane, thread, base_ps + off, dur, self_times(off, dur), node[index],
+                    _groups(line, group_stat, index))
+            ops.threads[(HOST_LANE, thread)] = line.name
+        for m in np.flatnonzero(code == _MARKER).tolist():
+            step = line.stats[step_stat][m] if step_stat is not None else ABSENT
+            if step not in (ABSENT, OTHER):
+                start = base_ps + int(line.off[m])
+                extra.markers.append((start, start + int(line.dur[m]), int(step)))
+        memory = np.flatnonzero(code == _MEMORY)
+        if len(memory):
+            sign = _lookup(ids, signs, line.mid[memory], 0)
+            size = np.zeros(len(memory), np.int64)
+            for stat in (get("requested_bytes"), get("allocation_bytes")):
+                if stat is not None:
+                    v = line.stats[stat][memory]
+                    size = np.where((v != ABSENT) & (v != OTHER) & (v != 0), v, size)
+            which, allocators = texts(plane, line, get("allocator_name"), memory)
+            extra.memory.append((base_ps + line.off[memory],
+                                 np.array(allocators, dtype=object)[which], sign * size))
+
+
+def _launcher(level0: str, tf_op: str, annotation: str) -> str:
+    """The TF op (`node:Type`) that launched a device event: its `level 0` (or `tf_op`)
+    stat, else the outermost op of its annotation."""
+    if level0 or tf_op:
+        return (level0 or tf_op).split("#")[0]
+    return annotation.split("::")[0].split("#")[0]
+
+
+def _read_device(plane: Plane, device: str, ops: Ops, jobs: int) -> None:
+    get = plane.stat_ids.get
+    attr = [get("level 0"), get("tf_op"), get("annotation")]
+    wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id")
+    group_stat = get("group_id")
+    lane_name = f"{device}/stream:all"
+    lane = ops.lane_id(lane_name)
+    kernels = {mid: m.name for mid, m in plane.meta.event_metadata.items()}
+    for line in plane.lines(wanted, jobs):
+        m = _STREAM_LINE.match(line.name)
+        if not m or not len(line.mid):
+            continue
+        index = np.arange(len(line.mid))
+        coded = [texts(plane, line, stat, index) for stat in attr]
+        first, inverse = _codes(line.mid, *(which for which, _ in coded))
+        named = []
+        for i in first.tolist():
+            kernel = kernels.get(int(line.mid[i]), "")
+            launched = _launcher(*(t[which[i]] for which, t in coded))
+            _, node, op_type = parse_op_name(launched) if launched else (0, "", "")
+            if not op_type:  # not launched by a TF op we can name
+                node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
+            named.append(ops.name_id(f"{node}:{kernel}", op_type))
+        stream = int(m.group(1))
+        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur.copy(),
+                line.dur.copy(), np.array(named, np.int64)[inverse],
+                _groups(line, group_stat, index))
+        ops.threads[(lane_name, stream)] = line.name
+
+
+def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
+    """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
+    ops, extra = Ops(), Extra()
+    hlo: dict[tuple[int, str], HloOp] = {}
+    for plane in planes:
+        if plane.name == "/host:metadata":
+            found, warnings = program_ops(plane.meta)
+            hlo.update(found)
+            extra.warnings += warnings
+    for plane in planes:
+        if plane.name.startswith("/host:") and plane.name != "/host:metadata":
+            _read_host(plane, ops, extra, hlo, jobs)
+        elif m := _DEVICE_PLANE.match(plane.name):
+            _read_device(plane, f"/device:{m.group(1)}:{m.group(2)}", ops, jobs)
+    return ops, extra
+
+
+def assign_steps(start_ps: np.ndarray, group: np.ndarray,
+                 markers: list[tuple[int, int, int]]) -> np.ndarray:
+    """group_id where set; else the step of the last marker started at or before the
+    event (the first marker's before any); else 0."""
+    if not markers:
+        by_marker = np.zeros(len(start_ps), np.int64)
+    else:
+        m = sorted(markers)
+        starts = np.array([x[0] for x in m], np.int64)
+        steps = np.array([x[2] for x in m], np.int64)
+        at = np.searchsorted(starts, start_ps, side="right") - 1
+        by_marker = steps[np.clip(at, 0, len(m) - 1)]
+    return np.where(group >= 0, group, by_marker)
+
+
+def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
+    """Executions + keys, allocations and threads; the others empty."""
+    start = _cat(ops.start_ps, np.int64)
+    step = assign_steps(start, _cat(ops.group, np.int64), extra.markers)
+    column = _cat
+    # One key per (lane, name).
+    n_names = max(len(ops.names), 1)
+    lane = column(ops.lane, np.int64)
+    uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
+    key_lane, key_name = uniq // n_names, uniq % n_names
+    nodes = [ops.names[int(i)] for i in key_name]
+    keys = pl.DataFrame({
+        "worker": pl.Series([worker] * len(uniq), dtype=pl.String),
+        "lane": pl.Series([ops.lanes[int(i)] for i in key_lane], dtype=pl.String),
+        "node_name": pl.Series([n for n, _ in nodes], dtype=pl.String),
+        "timeline_label": pl.Series([f"{n.split(':')[0]} = {t}()" for n, t in nodes],
+                                    dtype=pl.String),
+    })
+    n = len(step)
+    # Executions in file order (lines one after the other); exec_idx numbers them in the
+    # file, so (step, exec_idx) names each one.
+    exec_idx = np.arange(n)
+    start_ns = start // 1000
+    own_ns, dur_ns = column(ops.self_ps, np.int64) // 1000, column(ops.dur_ps, np.int64) // 1000
+    thread = column(ops.thread, np.int64)
+    zero = pl.lit(0, pl.Int64)
+    executions = pl.DataFrame({
+        "step": step, "exec_idx": exec_idx.astype(np.uint32),
+        "key_id": key_id.astype(np.uint32), "all_start_us": start_ns // 1000,
+        "op_end_rel_us": own_ns // 1000, "all_end_rel_us": dur_ns // 1000,
+        "start_ns": start_ns, "op_end_rel_ns": own_ns, "all_end_rel_ns": dur_ns,
+        "thread_id": thread.astype(np.uint32),
+    }).with_columns(zero.alias(c) for c in ingest.NODE_SCHEMA if c not in (
+        "step", "exec_idx", "key_id", "all_start_us", "op_end_rel_us", "all_end_rel_us",
+        "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
+    )).select(list(ingest.NODE_SCHEMA))
+    # Threads: each (step, lane, thread) that ran an op, with its line's name.
+    steps, step_no = _factorize(step)
+    threads_u, thread_no = _factorize(thread)
+    n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
+    present, _ = _factorize((step_no * n_lanes + lane) * n_threads + thread_no)
+    t_step = steps[present // (n_lanes * n_threads)] if n else present
+    t_lane = (present // n_threads) % n_lanes
+    t_thread = threads_u[present % n_threads] if n else present
+    names = ops.threads
+    threads = pl.DataFrame({
+        "step": t_step.astype(np.int64),
+        "lane": pl.Series([ops.lanes[int(i)] for i in t_lane], dtype=pl.String),
+        "thread_id": t_thread.astype(np.uint32),
+        "name": pl.Series([names.get((ops.lanes[int(a)], int(b))) for a, b in
+                           zip(t_lane, t_thread, strict=True)], dtype=pl.String),
+    }, schema=ingest.THREAD_SCHEMA)
+    mem = extra.memory
+    alloc_t = _cat([m[0] for m in mem], np.int64)
+    allocations = pl.DataFrame({
+        "step": assign_steps(alloc_t, np.full(len(alloc_t), -1, np.int64), extra.markers),
+        "exec_idx": np.zeros(len(alloc_t), np.int64),
+        "allocator_name": pl.Series(np.concatenate([m[1] for m in mem]) if mem else [],
+                                    dtype=pl.String),
+        "alloc_us": alloc_t // 1_000_000,
+        "alloc_bytes": _cat([m[2] for m in mem], np.int64),
+    }).cast(ingest.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
+    return {"executions": executions, "keys": keys, "threads": threads,
+            "allocations": allocations}

@@ -1,0 +1,39 @@
+"""xprof's framework op stats of an .xplane.pb, as a polars frame (the oracle of the
+xplane tests).
+
+xprof (dev extra, no TensorFlow needed) converts a copy of the file (it writes cache files
+beside its input); its JSON table is capped at 500 rows, so the per-op numbers are read
+from the OpStats proto it caches beside the copy (`ALL_HOSTS.op_stats_v2.pb`), which is
+not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+
+def framework_op_stats(path: Path) -> pl.DataFrame:
+    """One row per (host_or_device, name, type): occurrences, time_ps, self_time_ps."""
+    from xprof.convert import raw_to_tool_data
+    from xprof.protobuf import op_stats_pb2
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copy(path, copy)
+        raw_to_tool_data.xspace_to_tool_data([str(copy)], "framework_op_stats", {})
+        cached = list(Path(tmp).glob("*.op_stats_v2.pb"))
+        assert cached, f"xprof wrote no op_stats for {path}"
+        stats = op_stats_pb2.OpStats.FromString(cached[0].read_bytes())
+    rows = []
+    for where, db in (("Host", stats.host_op_metrics_db), ("Device", stats.device_op_metrics_db)):
+        for m in db.metrics_db:
+            if m.category == "IDLE":
+                continue
+            rows.append((where, m.name, m.category, m.occurrences, m.time_ps, m.self_time_ps))
+    return pl.DataFrame(rows, orient="row", schema={
+        "where": pl.String, "name": pl.String, "type": pl.String, "occurrences": pl.Int64,
+        "time_ps": pl.Int64, "self_time_ps": pl.Int64})
