@@ -157,6 +157,35 @@ def source_option(f: Any) -> Any:
     return _source(_profile_run(f))
 
 
+_STEPS_KEY = "runlens.steps"
+
+
+def _remember_steps(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    ctx.meta.setdefault(_STEPS_KEY, {})[param.name] = value
+
+
+def step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--steps A:B and --include-warmup, which _choice() reads from the context: the steps
+    averages, checks and statistics cover (analyzer.stepselect)."""
+    fn = click.option("--include-warmup", is_flag=True, expose_value=False,
+                      callback=_remember_steps,
+                      help="Keep warm-up and outlier steps (left out of averages, checks "
+                           "and comparisons by default; rule: docs/ci.md).")(fn)
+    return click.option("--steps", "steps", metavar="A:B", default=None, expose_value=False,
+                        callback=_remember_steps,
+                        help="Analyse only the traced steps from A to B, inclusive (A: or "
+                             ":B leave an end open).")(fn)
+
+
+def _choice() -> Any:
+    """The StepChoice of --steps and --include-warmup."""
+    from analyzer.stepselect import StepChoice
+
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(_STEPS_KEY, {}) if ctx is not None else {}
+    return StepChoice.parse(given.get("steps"), bool(given.get("include_warmup")))
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -191,15 +220,20 @@ def main() -> None:
 @run_dir_argument
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Output format.")
+@step_options
 @no_cache_option
 @source_option
 @handle_errors
 def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
-    """Steps, workers, devices, node counts and step-time statistics of RUN_DIR."""
+    """Steps, workers, devices, node counts and step-time statistics of RUN_DIR.
+
+    The statistics leave out warm-up and outlier steps (named, with why) unless
+    --include-warmup."""
     from analyzer.steps import summary as make_summary
 
+    choice = _choice()
     run = load(run_dir, no_cache)
-    data = {**make_summary(run), "lacks": run.lacks}
+    data = {**make_summary(run, choice), "lacks": run.lacks}
     if fmt == "json":
         click.echo(json.dumps({"schema": 1, "summary": data}, indent=1))
     else:
@@ -222,6 +256,7 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
               help="Skip these checkers.")
 @click.option("--checkers", "checkers_opt", multiple=True, metavar="CHECKER", hidden=True)
 @click.option("--list", "list_checkers", is_flag=True, help="Describe every checker.")
+@step_options
 @no_cache_option
 @source_option
 @handle_errors
@@ -250,12 +285,18 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     if not run_dir:
         raise click.UsageError("RUN_DIR is required (or use --list)")
     split = lambda items: [x for item in items for x in item.split(",") if x.strip()]  # noqa: E731
+    from analyzer.stepselect import analysed, left_out
+
+    choice = _choice()
     run = load(run_dir, no_cache)
     findings = checkers.run_checks(run, select=split(select + checkers_opt) or None,
-                                   ignore=split(ignore))
-    times = step_times(run)["duration_ns"]
+                                   ignore=split(ignore), steps=choice)
+    times = step_times(analysed(run, choice))["duration_ns"]
     meta: dict[str, Any] = {"run": run_dir, "steps": len(run.steps),
                             "median_step_us": checkers.base.num(times.median()) / 1000}
+    dropped = left_out(run, choice)
+    if dropped:  # said once: which steps the checks left out, and why
+        meta["left_out"] = dropped
     skipped = checkers.skipped_checks(run, select=split(select + checkers_opt) or None,
                                       ignore=split(ignore))
     if run.lacks:  # what the input format does not hold, and the checkers that needed it
@@ -277,6 +318,9 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
 @click.option("--steps", "step_range", metavar="A:B", default=None,
               help="Every traced step from A to B, inclusive (A: or :B leave an end open).")
 @click.option("--all-steps", is_flag=True, help="Every traced step, on one timeline.")
+@click.option("--include-warmup", is_flag=True,
+              help="The default step is the median of every traced step (default: of the "
+                   "steps left after warm-up and outliers, docs/ci.md).")
 @click.option("--dataflow/--no-dataflow", default=True, show_default=True,
               help="Arrows from each tensor's producer to its consumers on other threads.")
 @click.option("--memory/--no-memory", default=True, show_default=True,
@@ -292,8 +336,8 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
 @source_option
 @handle_errors
 def timeline(run_dir: str, output: str | None, step: int | None, step_range: str | None,
-             all_steps: bool, dataflow: bool, memory: bool, critical_path: bool,
-             per_step_dir: str | None, no_cache: bool) -> None:
+             all_steps: bool, include_warmup: bool, dataflow: bool, memory: bool,
+             critical_path: bool, per_step_dir: str | None, no_cache: bool) -> None:
     """Write a Chrome Trace of RUN_DIR for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
     Every op execution as tf.timeline draws it (same start and duration), a process per
@@ -309,12 +353,14 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
       analyze timeline runs/exp1 --per-step-dir traces/
     """
     from analyzer.errors import RunlensError
+    from analyzer.graph import no_dataflow
     from analyzer.render.chrome_trace import (
         check_output,
         check_output_dir,
         export,
         export_per_step,
     )
+    from analyzer.stepselect import StepChoice
     from analyzer.timeline import TimelineOptions, select_steps
 
     if output is None and per_step_dir is None:
@@ -324,8 +370,13 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
     if per_step_dir is not None:
         check_output_dir(per_step_dir)
     run = load(run_dir, no_cache)
-    steps, note = select_steps(run, step, step_range, all_steps, default_all=output is None)
+    steps, note = select_steps(run, step, step_range, all_steps, default_all=output is None,
+                               choice=StepChoice(include_warmup))
     click.echo(f"timeline: {note}", err=True)
+    skipped = no_dataflow(run) if critical_path else None
+    if skipped:  # a path without edges would be one op: said, not drawn
+        click.echo(f"timeline: critical path skipped: {skipped}", err=True)
+        critical_path = False
     options = TimelineOptions(tuple(steps), dataflow=dataflow, memory=memory,
                               critical_path=critical_path)
     progress = _Progress("writing trace events", minimum=200_000)
@@ -390,7 +441,8 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                                          "cpu_micros", "params", "float_ops", "occurrence"]),
                       help="Sort rows (siblings in trees) by this, largest first.")(fn)
     fn = click.option("--step", type=int, default=-1, show_default=True,
-                      help="Global step to show; -1 averages over the traced steps.")(fn)
+                      help="Global step to show; -1 averages over the traced steps (but "
+                           "warm-up and outliers, unless --include-warmup).")(fn)
     fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "speedscope",
                                                            "pprof"]),
                       default="text", show_default=True,
@@ -409,8 +461,9 @@ def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--library-frames", is_flag=True, help="Code view: also show frames "
                       "of TensorFlow, Keras, absl and the standard library.")(fn)
     fn = click.option("--tfprof", "tfprof_rows", is_flag=True, help="All four of the "
-                      "above as tfprof does them: reproduces tfprof's rows.")(fn)
-    return fn
+                      "above as tfprof does them, and --include-warmup: reproduces "
+                      "tfprof's rows.")(fn)
+    return step_options(fn)
 
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
@@ -422,12 +475,14 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
         kw[key] = tuple(kw[key])
+    choice = _choice()
+    kw.update(first_step=choice.first, last_step=choice.last)
     if kw.pop("tfprof_rows"):
         for ours in ("op_types", "zero_rows", "depth_from_root", "library_frames"):
             del kw[ours]
         options = ViewOptions.tfprof(**kw)
     else:
-        options = ViewOptions(**kw)
+        options = ViewOptions(include_warmup=choice.include_warmup, **kw)
     run = load(run_dir, no_cache)
     if options.step >= 0 and options.step not in run.steps:
         raise RunlensError(f"{run_dir}: step {options.step} was not traced "
@@ -439,7 +494,24 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
-    click.echo(RENDERERS[fmt](VIEWS[kind](run, options)), nl=False)
+    text = RENDERERS[fmt](VIEWS[kind](run, options))
+    if options.step < 0:  # after the view: a bad option stays a one-line error
+        _note_left_out(run, options)
+    click.echo(text, nl=False)
+
+
+def _note_left_out(run: Any, options: Any) -> None:
+    """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
+    from analyzer.stepselect import StepChoice, left_out
+
+    dropped = left_out(run, StepChoice(options.include_warmup, options.first_step,
+                                       options.last_step))
+    if dropped:
+        steps = ", ".join(f"{d['step']} ({d['why']})" for d in dropped[:8])
+        more = f", ... ({len(dropped)} in all)" if len(dropped) > 8 else ""
+        hint = ("; --include-warmup keeps them"
+                if any(d["why"] != "outside --steps" for d in dropped) else "")
+        click.echo(f"analyze: note: averages leave out step(s) {steps}{more}{hint}", err=True)
 
 
 def _short_list(values: list[int]) -> str:
@@ -469,18 +541,23 @@ def _view_command(kind: str, doc: str) -> None:
 
 def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
     from analyzer.errors import RunlensError
-    from analyzer.graph import critical_path
+    from analyzer.graph import critical_path, no_dataflow
     from analyzer.render.critical_path import RENDERERS
     from analyzer.steps import median_step
+    from analyzer.stepselect import analysed
 
     run = load(run_dir, no_cache)
     if step < 0:
-        step = median_step(run)
+        step = median_step(analysed(run, _choice()))
     elif step not in run.steps:
         raise RunlensError(f"{run_dir}: step {step} was not traced "
                            f"(traced steps: {_short_list(run.steps)})")
     if fmt == "csv":
         raise RunlensError("--critical-path supports --format text or json")
+    skipped = no_dataflow(run)
+    if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
+        click.echo(f"analyze: critical path skipped: {skipped}", err=True)
+        return
     click.echo(RENDERERS[fmt](critical_path(run, step)), nl=False)
 
 
@@ -500,14 +577,17 @@ _view_command("graph", """Time and memory by graph node (one row per node, with 
     With --critical-path: the chain of dependent ops that ends the step last.""")
 
 
-def _samples(path: str, no_cache: bool, scope_depth: int) -> Any:
-    """A run dir or a baseline file, as per-step samples."""
-
+def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None = None
+             ) -> Any:
+    """A run dir (its steps in --steps A:B, every one of them flagged: the test leaves
+    warm-up and outliers out itself) or a baseline file, as per-step samples."""
     from analyzer.compare import is_baseline_file, load_baseline, samples_from_run
+    from analyzer.stepselect import StepChoice, analysed
 
     if is_baseline_file(Path(path)):
         return load_baseline(Path(path))
-    return samples_from_run(load(path, no_cache), path, scope_depth=scope_depth)
+    run = analysed(load(path, no_cache), StepChoice.parse(step_range, include_warmup=True))
+    return samples_from_run(run, path, scope_depth=scope_depth)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -536,8 +616,12 @@ def _emit(text: str, output: str | None) -> None:
               default=0.01, show_default=True,
               help="Significance level: exact Mann-Whitney U for step time and op time "
                    "(Bonferroni), Benjamini-Hochberg over scopes and op types.")
-@click.option("--keep-outliers", is_flag=True,
-              help="Keep warm-up and outlier steps in the test (left out by default).")
+@click.option("--keep-outliers", "--include-warmup", "keep_outliers", is_flag=True,
+              help="Keep warm-up and outlier steps in the test (left out by default; "
+                   "--include-warmup is the same flag, as on the other commands).")
+@click.option("--steps", "step_range", metavar="A:B", default=None,
+              help="Compare only the traced steps from A to B of each run dir, inclusive "
+                   "(A: or :B leave an end open; baseline files keep their steps).")
 @click.option("--by", type=click.Choice(["step", "op", "scope", "all"]), default="all",
               show_default=True, help="Compare step time, op types, name scopes, or all.")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
@@ -554,9 +638,9 @@ def _emit(text: str, output: str | None) -> None:
 @no_cache_option
 @source_option
 @handle_errors
-def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool, by: str,
-            scope_depth: int, no_normalize: bool, fmt: str, output: str | None,
-            no_cache: bool) -> None:
+def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool,
+            step_range: str | None, by: str, scope_depth: int, no_normalize: bool, fmt: str,
+            output: str | None, no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
@@ -576,8 +660,8 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
     from analyzer.compare import compare as run_compare
     from analyzer.render.compare import RENDERERS
 
-    base_samples = _samples(base, no_cache, scope_depth)
-    new_samples = _samples(new, no_cache, scope_depth)
+    base_samples = _samples(base, no_cache, scope_depth, step_range)
+    new_samples = _samples(new, no_cache, scope_depth, step_range)
     result = run_compare(base_samples, new_samples, threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
                          keep_outliers=keep_outliers)
@@ -597,6 +681,7 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
 @click.argument("path", metavar="PATH", type=click.Path(readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="The HTML file to write.")
+@step_options
 @no_cache_option
 @source_option
 @handle_errors
@@ -616,7 +701,8 @@ def report(path: str, output: str, no_cache: bool) -> None:
     from analyzer.report import run_page
 
     run = load(path, no_cache)
-    _emit(run_page(run, checkers.run_checks(run), path), output)
+    choice = _choice()
+    _emit(run_page(run, checkers.run_checks(run, steps=choice), path, choice), output)
     click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
 
 
@@ -631,10 +717,15 @@ def baseline() -> None:
               help="The baseline file to write (JSON).")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Keep name scopes down to this depth.")
+@click.option("--steps", "step_range", metavar="A:B", default=None,
+              help="Save only the traced steps from A to B, inclusive (A: or :B leave an "
+                   "end open). Warm-up and outlier steps are saved: compare leaves them "
+                   "out.")
 @no_cache_option
 @source_option
 @handle_errors
-def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -> None:
+def baseline_save(run_dir: str, output: str, scope_depth: int, step_range: str | None,
+                  no_cache: bool) -> None:
     """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.
 
     `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
@@ -642,11 +733,13 @@ def baseline_save(run_dir: str, output: str, scope_depth: int, no_cache: bool) -
 
     from analyzer.compare import samples_from_run, save_baseline
     from analyzer.errors import RunlensError
+    from analyzer.stepselect import StepChoice, analysed
 
     target = Path(output)
     if not target.parent.is_dir():
         raise RunlensError(f"{output}: directory {target.parent} does not exist")
-    samples = samples_from_run(load(run_dir, no_cache), run_dir, scope_depth=scope_depth)
+    run = analysed(load(run_dir, no_cache), StepChoice.parse(step_range, include_warmup=True))
+    samples = samples_from_run(run, run_dir, scope_depth=scope_depth)
     save_baseline(samples, target)
     click.echo(f"baseline: {samples.n_samples} steps, "
                f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output} "

@@ -56,15 +56,16 @@ try:
 except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders are kept
     fcntl = None  # type: ignore[assignment]
 
-CACHE_VERSION = 10  # bump whenever ingest's frames or this layout change
+CACHE_VERSION = 11  # bump whenever ingest's frames or this layout change
 KEY_FILE = "key.json"
 LOCK_FILE = ".lock"
 # The Run's frames (the executions by key, the keys with derived columns), and what views
-# need with their default options: step -1's per-node numbers, the code paths, the scope
-# and code trees. Written in this order: the ones computed last come last.
+# need with their default options: the steps' warm-up/outlier flags, step -1's per-node
+# numbers over the default steps (analyzer.stepselect), the code paths, the scope and
+# code trees. Written in this order: the ones computed last come last.
 FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-          "threads", "graph_nodes", "op_log", "code", "lacks", "node_stats", "code_paths",
-          "scopes_tree", "code_tree")
+          "threads", "graph_nodes", "op_log", "code", "lacks", "step_flags", "node_stats",
+          "code_paths", "scopes_tree", "code_tree")
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")

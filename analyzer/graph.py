@@ -43,6 +43,17 @@ def edges(run: Run) -> pl.DataFrame:
     return pl.concat([e, pairs]).unique()
 
 
+def no_dataflow(run: Run) -> str | None:
+    """Why `run` has no dataflow edges (graph.pb or partition graph inputs) for a critical
+    path to follow, or None when it has some. Without them every op would be a path of its
+    own: "0.0% of the step" would be a wrong answer, not a small one."""
+    inputs = run.graph_nodes.select(pl.col("inputs").list.len().fill_null(0).sum()).item()
+    if inputs:
+        return None
+    return ("needs graph: " + run.lacks["graph"] if "graph" in run.lacks
+            else "needs a dataflow graph: the source holds no graph.pb or partition graphs")
+
+
 def executed_nodes(run: Run, step: int, worker: str | None = None) -> pl.DataFrame:
     """One row per node executed in `step` on its op lanes: first start, last end, busy time."""
     worker = worker or run.workers[0]

@@ -31,6 +31,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir
+from analyzer.stepselect import analysed, step_flags
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
@@ -236,10 +237,12 @@ def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
     if cache_key is None:
         return frames, warnings
     one = Run.from_frames(frames)
+    # Per-node numbers and trees over the default steps (warm-up and outliers left out).
     builders: dict[str, Callable[[], pl.DataFrame]] = {
-        "node_stats": lambda: node_stats(one, -1),
+        "step_flags": lambda: step_flags(one),
+        "node_stats": lambda: node_stats(analysed(one), -1),
         "code_paths": lambda: code_paths(one),
-        **{f"{kind}_tree": functools.partial(default_tree_nodes, one, kind)
+        **{f"{kind}_tree": functools.partial(_default_tree, one, kind)
            for kind in TREE_KINDS},
     }
     later: dict[str, Future] = {name: Future() for name in builders}
@@ -253,6 +256,10 @@ def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
             if not future.done():
                 future.set_exception(RuntimeError("not computed"))
     return frames, warnings
+
+
+def _default_tree(run: Run, kind: str) -> pl.DataFrame:
+    return default_tree_nodes(analysed(run), kind)
 
 
 _KEYED = {"executions": ("key_id", "keys"), "output_rows": ("out_key", "output_keys")}
@@ -388,11 +395,13 @@ def load_run(
             paths=paths,
             warnings=warnings,
             lacks=lacks,
-            node_stats={-1: _merged(frames_of, "node_stats")},
-            # Trees of several workers come from their merged numbers, not their trees.
             derived={"code_paths": _merged(frames_of, "code_paths"),
-                     **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
-                        if len(frames_of) == 1 else {})},
+                     "step_flags": _merged(frames_of, "step_flags")},
         )
+        # For the default steps (analyzer.stepselect.analysed hands them on). Trees of
+        # several workers come from their merged numbers, not from their trees.
+        run.defaults = {"node_stats": _merged(frames_of, "node_stats"),
+                        **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
+                           if len(frames_of) == 1 else {})}
     run.warnings = warnings  # the same list: warnings found later appear in it
     return run

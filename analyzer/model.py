@@ -85,6 +85,10 @@ class Run:
         # What the input format does not hold (what -> why), said once by the output;
         # views and checkers that need it say they were skipped.
         self.lacks: dict[str, str] = dict(lacks or {})
+        # Frames the cache holds for the default choice of steps (step -1's per-node
+        # numbers, default trees: analyzer.stepselect), and the Runs of chosen steps.
+        self.defaults: dict[str, FrameSource] = {}
+        self.chosen: dict[object, Run] = {}
 
     @property
     def nodes(self) -> pl.DataFrame:

@@ -11,9 +11,9 @@ from analyzer.model import Run
 
 def step_times(run: Run) -> pl.DataFrame:
     """One row per (worker, step): start_ns, end_ns and duration_ns over all lanes."""
-    n = run.nodes
     return (
-        n.group_by("worker", "step")
+        run.nodes_lazy().select("worker", "step", "start_ns", "all_end_rel_ns")
+        .group_by("worker", "step")
         .agg(
             start_ns=pl.col("start_ns").min(),
             end_ns=(pl.col("start_ns") + pl.col("all_end_rel_ns")).max(),
@@ -21,6 +21,7 @@ def step_times(run: Run) -> pl.DataFrame:
         )
         .with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
         .sort("worker", "step")
+        .collect()
     )
 
 
@@ -31,10 +32,17 @@ def median_step(run: Run) -> int:
     return int(times["step"][(times.height - 1) // 2])
 
 
-def summary(run: Run) -> dict:
-    """What `analyze summary` prints: shape of the run and step-time statistics."""
-    times = step_times(run)
-    d = times.get_column("duration_ns") / 1000.0
+def summary(run: Run, choice: Any = None) -> dict:
+    """What `analyze summary` prints: shape of the run and step-time statistics over the
+    steps `choice` keeps (analyzer.stepselect.StepChoice; default: warm-up and outlier
+    steps left out), the steps left out and why, and every step's time."""
+    from analyzer.stepselect import StepChoice, chosen_steps, left_out
+
+    choice = choice or StepChoice()
+    flags = chosen_steps(run, choice)
+    times = step_times(run).join(flags.select("worker", "step", "analysed", "why"),
+                                 on=["worker", "step"], how="left")
+    d = times.filter(pl.col("analysed")).get_column("duration_ns") / 1000.0
 
     def num(x: Any) -> float:
         return round(float(x or 0.0), 1)
@@ -61,9 +69,10 @@ def summary(run: Run) -> dict:
             "max": num(d.max()),
             "stdev": num(d.std()),
         },
+        "left_out": left_out(run, choice),
         "per_step": times.select(
             "worker", "step", (pl.col("duration_ns") / 1000).round(1).alias("duration_us"),
-            "node_stats",
+            "node_stats", "analysed",
         ).to_dicts(),
         "warnings": run.warnings,
     }

@@ -34,6 +34,7 @@ from analyzer.jsonfrag import jescape, jlist, jstr
 from analyzer.jsonrows import Int, Line, Lists, Rows, Text, Texts
 from analyzer.model import Run
 from analyzer.steps import median_step
+from analyzer.stepselect import StepChoice, analysed
 
 SCHEMA = 1
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)
@@ -114,12 +115,13 @@ def _short(values: list[int]) -> str:
 
 
 def select_steps(run: Run, step: int | None = None, step_range: str | None = None,
-                 all_steps: bool = False, default_all: bool = False
-                 ) -> tuple[list[int], str]:
+                 all_steps: bool = False, default_all: bool = False,
+                 choice: StepChoice | None = None) -> tuple[list[int], str]:
     """The steps to draw and a note saying how they were chosen.
 
-    At most one of step / step_range / all_steps; none: the median-time step (every step
-    when `default_all`, as for one file per step)."""
+    At most one of step / step_range / all_steps; none: the median-time step of the steps
+    `choice` keeps (warm-up and outliers left out: analyzer.stepselect), or every step
+    when `default_all`, as for one file per step."""
     if sum([step is not None, step_range is not None, all_steps]) > 1:
         raise RunlensError("give only one of --step, --steps and --all-steps")
     traced = run.steps
@@ -138,7 +140,7 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
         return chosen, f"{len(chosen)} steps ({chosen[0]}..{chosen[-1]})"
     if all_steps or default_all:
         return traced, f"all {len(traced)} steps"
-    s = median_step(run)
+    s = median_step(analysed(run, choice))
     return [s], f"step {s} (median step time)"
 
 

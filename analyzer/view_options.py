@@ -45,8 +45,10 @@ class ViewOptions:
     nodes by the kernel that ran (tfprof: "graph", the op type in graph.pb), `zero_rows`
     False hides rows whose numbers are all zero, `max_depth` counts from the first visible
     level unless `depth_from_root` (tfprof counts its hidden root), and the code view
-    hides library frames unless `library_frames`. `ViewOptions.tfprof(...)` sets all
-    four to tfprof's behaviour. Regexes must match a whole name."""
+    hides library frames unless `library_frames`; step -1 averages over the steps
+    analyzer.stepselect keeps (warm-up and outliers left out) unless `include_warmup`.
+    `ViewOptions.tfprof(...)` sets all five to tfprof's behaviour. Regexes must match a
+    whole name."""
 
     max_depth: int = 100
     min_bytes: int = 0
@@ -72,12 +74,19 @@ class ViewOptions:
     zero_rows: bool = False
     depth_from_root: bool = False
     library_frames: bool = False
+    # Which steps step -1 averages (analyzer.stepselect): warm-up and outlier steps are
+    # left out unless include_warmup (tfprof averages over every step); first/last_step
+    # restrict to a range (--steps A:B).
+    include_warmup: bool = False
+    first_step: int | None = None
+    last_step: int | None = None
 
     @classmethod
     def tfprof(cls, **options: Any) -> ViewOptions:
-        """Options that reproduce tfprof's rows (the parity tests use these)."""
+        """Options that reproduce tfprof's rows (the parity tests use these): tfprof's
+        grouping, zero rows, depth and frames, averaged over every traced step."""
         return cls(**{"op_types": "graph", "zero_rows": True, "depth_from_root": True,
-                      "library_frames": True, **options})
+                      "library_frames": True, "include_warmup": True, **options})
 
     def __post_init__(self) -> None:
         if self.op_types not in OP_TYPES:

@@ -21,6 +21,7 @@ import polars as pl
 from analyzer.codepaths import code_paths
 from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import METRICS, node_stats
+from analyzer.stepselect import StepChoice, analysed
 from analyzer.view_options import (  # noqa: F401 (ViewOptionError: re-exported)
     ORDER_BY,
     THRESHOLDS,
@@ -104,6 +105,14 @@ def _root_totals(df: pl.DataFrame) -> dict[str, int]:
 # ----------------------------------------------------------------------------- op view
 
 
+def chosen_run(run: Run, opts: ViewOptions) -> Run:
+    """The run a view reads: at step -1, its steps that analyzer.stepselect keeps (one
+    given step is shown whatever it is)."""
+    if opts.step >= 0:
+        return run
+    return analysed(run, StepChoice(opts.include_warmup, opts.first_step, opts.last_step))
+
+
 def op_view(run: Run, opts: ViewOptions) -> View:
     """One row per kernel (op_types "kernel": "_FusedConv2D (Conv2D+BiasAdd+Relu)") or per
     graph op type (op_types "graph", tfprof's): the sums over its nodes whose types match
@@ -113,6 +122,7 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     Thresholds compare each row's own numbers (tfprof compares running totals down
     its sorted list, see docs/views.md).
     """
+    run = chosen_run(run, opts)
     nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
         _accounted(opts.account_type_regexes))
     if opts.op_types == "kernel":
@@ -156,6 +166,7 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     are computed once per run and cached with it (single run dirs: a tree over several
     workers is built from their merged numbers)."""
     sep = _SEPARATORS[kind]
+    run = chosen_run(run, opts)
     if (opts.step == -1 and _is_everything(opts.account_type_regexes)
             and not (kind == "code" and opts.library_frames)):
         nodes = default_tree_nodes(run, kind)
@@ -424,6 +435,7 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     With op_types "kernel", a node that ran as another kernel than its graph op type (a
     fused `conv1/Relu`) carries `kernel` and `fused_ops` (else they are null)."""
     view = tree_view("scopes", run, opts)
+    run = chosen_run(run, opts)
     if opts.op_types == "kernel":
         other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
         kernels = (node_stats(run, opts.step).filter(other)
@@ -463,6 +475,7 @@ _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
 
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
+    run = chosen_run(run, opts)
     nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
         _accounted(opts.account_type_regexes))
     inputs = (

@@ -11,6 +11,7 @@ import pkgutil
 
 from analyzer.errors import RunlensError
 from analyzer.model import Run
+from analyzer.stepselect import StepChoice
 from checkers.base import REGISTRY, Analysis, Checker, Finding, Severity
 
 __all__ = ["REGISTRY", "Analysis", "Checker", "Finding", "Severity", "all_checkers",
@@ -44,9 +45,11 @@ def _chosen(select: list[str] | None, ignore: list[str] | None) -> list[str]:
 
 
 def run_checks(run: Run, select: list[str] | None = None,
-               ignore: list[str] | None = None) -> list[Finding]:
-    """Findings of the chosen checkers that can run on `run` (skipped_checks: the rest)."""
-    analysis = Analysis(run)
+               ignore: list[str] | None = None,
+               steps: StepChoice | None = None) -> list[Finding]:
+    """Findings of the chosen checkers that can run on `run` (skipped_checks: the rest),
+    over the steps `steps` keeps (default: warm-up and outlier steps left out)."""
+    analysis = Analysis(run, steps)
     findings: list[Finding] = []
     for code in _chosen(select, ignore):
         checker = REGISTRY[code]()

@@ -22,6 +22,7 @@ from analyzer.graph import CriticalPath, critical_path
 from analyzer.model import Run
 from analyzer.nodestats import node_stats
 from analyzer.steps import median_step, step_times
+from analyzer.stepselect import StepChoice, analysed, chosen_steps
 
 
 class Severity(enum.IntEnum):
@@ -107,10 +108,23 @@ def register(cls: type[Checker]) -> type[Checker]:
 
 
 class Analysis:
-    """The Run plus derived frames that several checkers need, each computed once."""
+    """The Run plus derived frames that several checkers need, each computed once.
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
+    `run` holds the steps `choice` keeps (analyzer.stepselect: warm-up and outlier steps
+    left out by default), so averages, the median step and sampled steps leave them out;
+    `checked_step_times` is what a checker of step times themselves reads."""
+
+    def __init__(self, run: Run, choice: StepChoice | None = None) -> None:
+        self.choice = choice or StepChoice()
+        self.run = analysed(run, self.choice)
+
+    @functools.cached_property
+    def checked_step_times(self) -> pl.DataFrame:
+        """worker, step, us of the steps in range, warm-up left out unless included, but
+        outliers kept (a straggler is an outlier: what RL109 looks for)."""
+        flags = chosen_steps(self.run, self.choice)
+        kept = pl.col("in_range") & (pl.lit(self.choice.include_warmup) | ~pl.col("warmup"))
+        return flags.filter(kept).select("worker", "step", us="step_us")
 
     @functools.cached_property
     def step_times(self) -> pl.DataFrame:

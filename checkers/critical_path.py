@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from analyzer.graph import no_dataflow
+from analyzer.model import Run
 from analyzer.render.units import fmt_us
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
@@ -27,6 +29,11 @@ class CriticalPathOps(Checker):
     name = "critical-path"
     title = "Ops on the critical path"
     severity = Severity.INFO
+
+    def skip_reason(self, run: Run) -> str | None:
+        """Skipped without dataflow edges (a run converted from a timeline)."""
+        reason = no_dataflow(run)
+        return reason.removeprefix("needs ") if reason else super().skip_reason(run)
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         step = a.median_step

@@ -7,7 +7,9 @@ from typing import Any
 
 import polars as pl
 
+from analyzer.graph import no_dataflow
 from checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from checkers.intervals import merged_busy
 
 # Ops that wait for the input pipeline (tf.data iterators, queues, readers).
 INPUT_OPS = [
@@ -23,7 +25,8 @@ INFO_SHARE = 0.05
 @register
 class InputBound(Checker):
     """Steps that wait for input: time of input ops (IteratorGetNext, queue dequeues) on
-    the critical path, as a share of step time.
+    the critical path, as a share of step time (without a dataflow graph, as from a
+    timeline, their own time on their threads, and the finding says so).
 
     Why: while the model waits for the next batch, the device does nothing; a faster
     model will not make training faster. XProf's bands: at least 20% of the step is
@@ -41,6 +44,10 @@ class InputBound(Checker):
     severity_note = f"info when input takes less than {WARNING_SHARE:.0%} of the step"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
+        rows = self._on_path(a) if no_dataflow(a.run) is None else self._op_time(a)
+        yield from self._finding(rows, on_path=no_dataflow(a.run) is None)
+
+    def _on_path(self, a: Analysis) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for step in a.sample_steps():
             cp = a.critical_path(step)
@@ -50,6 +57,28 @@ class InputBound(Checker):
             rows.append({"step": step, "input_ns": int(waiting["busy_ns"].sum()),
                          "step_ns": cp.step_ns,
                          "ops": sorted(set(waiting["node_name"].to_list()))})
+        return rows
+
+    def _op_time(self, a: Analysis) -> list[dict[str, Any]]:
+        """Without dataflow edges (a run converted from a timeline), no critical path: the
+        time input ops run on their threads (merged per step) as a share of the step. An
+        iterator's op time is time the step waits for its batch, unless other work
+        overlaps it; the critical path, where there is one, says which."""
+        x = a.run.nodes_lazy().filter(
+            pl.col("kernel").is_in(INPUT_OPS) & pl.col("lane_kind").is_in(["device", "other"])
+            & (pl.col("all_start_us") > 0)
+        ).select("worker", "step", "node_name", "start_ns",
+                 end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns")).collect()
+        busy = merged_busy(x, ["worker", "step"]).group_by("worker", "step").agg(
+            input_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+        ops = x.group_by("worker", "step").agg(ops=pl.col("node_name").unique().sort())
+        steps = a.step_times.join(busy, on=["worker", "step"], how="left").join(
+            ops, on=["worker", "step"], how="left")
+        return [{"step": r["step"], "input_ns": int(r["input_ns"] or 0),
+                 "step_ns": int(r["duration_ns"]), "ops": r["ops"] or []}
+                for r in steps.iter_rows(named=True) if r["duration_ns"]]
+
+    def _finding(self, rows: list[dict[str, Any]], on_path: bool) -> Iterable[Finding]:
         if not rows:
             return
         share = sum(r["input_ns"] for r in rows) / sum(r["step_ns"] for r in rows)
@@ -58,12 +87,15 @@ class InputBound(Checker):
         ops = sorted({op for r in rows for op in r["ops"]})
         severity = Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
         level = "highly input-bound" if severity is Severity.WARNING else "partly input-bound"
+        where_measured = ("on the critical path" if on_path else
+                          "(input ops' own time: no dataflow graph for a critical path)")
         yield self.finding(
             f"{level}: {pct(share)} of step time is spent waiting for input "
-            f"({', '.join(ops[:3])}) on the critical path",
+            f"({', '.join(ops[:3])}) {where_measured}",
             severity=severity,
             where={"op": ops[0] if ops else None},
             evidence={"input_share": round(share, 4), "steps_sampled": len(rows),
+                      "measured": "critical path" if on_path else "op time",
                       "input_us_per_step": round(sum(r["input_ns"] for r in rows)
                                                  / len(rows) / 1000, 1),
                       "per_step": [{"step": r["step"], "input_us": r["input_ns"] / 1000,

@@ -29,7 +29,8 @@ class NhwcOnGpu(Checker):
     code = "RL104"
     name = "nhwc-on-gpu"
     title = "NHWC convolutions on GPU"
-    needs = frozenset({"graph"})
+    # The data formats come from graph.pb; the layout optimizer's transposes from the
+    # executions' names alone, so it runs without a graph (the lacks line says so).
     severity = Severity.WARNING
 
     def check(self, a: Analysis) -> Iterable[Finding]:

@@ -31,9 +31,10 @@ class StepTimeVariance(Checker):
 
     Why: a few slow steps (a stall reading data, garbage collection, checkpointing, a
     noisy neighbour) cost wall time without showing in averages, and in synchronous
-    multi-worker training the slowest worker sets the pace for all. How to fix: look at
-    what the straggler steps do differently (`analyze timeline RUN --step N`); for data
-    stalls, prefetch; for a slow worker, check its host.
+    multi-worker training the slowest worker sets the pace for all. Warm-up steps at the
+    start of a run (analyzer.warmup's rule) are slow by nature and not counted.
+    How to fix: look at what the straggler steps do differently (`analyze timeline RUN
+    --step N`); for data stalls, prefetch; for a slow worker, check its host.
     """
 
     code = "RL109"
@@ -43,7 +44,7 @@ class StepTimeVariance(Checker):
     severity_note = f"info when stragglers cost less than {WARNING_LOST:.0%} of the run's time"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
-        times = a.step_times.with_columns(us=pl.col("duration_ns") / 1000.0)
+        times = a.checked_step_times  # warm-up steps are not stragglers
         for (worker,), t in times.group_by("worker", maintain_order=True):
             if t.height < MIN_STEPS:
                 continue

@@ -25,7 +25,7 @@ HIDING = [[], ["--min-micros", "50", "--max-depth", "3"]]
 
 
 def _total(view: str, run: Path, options: list[str]) -> dict:
-    doc = json.loads(run_cli([view, run, "--format", "json", *options]).output)
+    doc = json.loads(run_cli([view, run, "--format", "json", *options]).stdout)
     return doc["total"]
 
 
@@ -33,7 +33,7 @@ def _total(view: str, run: Path, options: list[str]) -> dict:
 @pytest.mark.parametrize("view", VIEWS)
 def test_speedscope_matches_schema_and_view_totals(view, options):
     run = FIXTURES / "cnn"
-    doc = json.loads(run_cli([view, run, "--format", "speedscope", *options]).output)
+    doc = json.loads(run_cli([view, run, "--format", "speedscope", *options]).stdout)
     jsonschema.validate(doc, SCHEMA)
     total = _total(view, run, options)
     time, memory = doc["profiles"]

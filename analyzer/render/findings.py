@@ -63,6 +63,12 @@ def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
               for why, what in lacks_by_reason(meta.get("lacks", {})).items()]
     lines += [f"skipped {c['code']} {c['name']}: needs {c['reason']}"
               for c in meta.get("skipped", [])]
+    by_why: dict[str, list[str]] = {}
+    for item in meta.get("left_out", []):
+        by_why.setdefault(item["why"], []).append(f"{item['step']} ({item['worker']})")
+    lines += [f"left out {why} step(s) {', '.join(steps)} (--include-warmup keeps them)"
+              if why != "outside --steps" else f"left out step(s) {', '.join(steps)}: "
+              "outside --steps" for why, steps in by_why.items()]
     if not findings:
         lines.append("no findings: nothing the checkers know about stands out")
         return "\n".join(lines) + "\n"

@@ -21,7 +21,14 @@ def summary_text(s: dict) -> str:
         f"step time  median {fmt_us(t['median'])}  mean {fmt_us(t['mean'])}  "
         f"p90 {fmt_us(t['p90'])}  min {fmt_us(t['min'])}  max {fmt_us(t['max'])}  "
         f"stdev {fmt_us(t['stdev'])}"
+        + (f"  (over {t['count']} steps)" if s.get("left_out") else "")
     )
+    for item in s.get("left_out", []):
+        lines.append(f"left out   step {item['step']} on {item['worker']} "
+                     f"({fmt_us(item['step_us'])}): {item['why']}")
+    if any(item["why"] != "outside --steps" for item in s.get("left_out", [])):
+        lines.append("           (averages, checks and comparisons leave these out: "
+                     "--include-warmup keeps them; rule: docs/ci.md)")
     for why, what in lacks_by_reason(s.get("lacks", {})).items():
         lines.append(f"lacks      {', '.join(what)}: {why}")
     for w in s["warnings"]:

@@ -15,12 +15,14 @@ from analyzer.compare import Comparison, Samples
 from analyzer.model import Run
 
 
-def run_page(run: Run, findings: Sequence[Any], source: str) -> str:
-    """The report of one run; `findings` are the advisor's (checkers.run_checks)."""
+def run_page(run: Run, findings: Sequence[Any], source: str, steps: Any = None) -> str:
+    """The report of one run; `findings` are the advisor's (checkers.run_checks), over
+    the steps `steps` (an analyzer.stepselect.StepChoice; default: warm-up and outlier
+    steps left out) keeps."""
     from analyzer.report.page import page, run_body
     from analyzer.report.run_data import run_data
 
-    data = run_data(run, findings, source)
+    data = run_data(run, findings, source, steps)
     return page(f"runlens report: {source}", run_body(data), data)
 
 

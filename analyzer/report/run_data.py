@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.graph import critical_path
+from analyzer.graph import critical_path, no_dataflow
 from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import node_stats
 from analyzer.render.critical_path import critical_path_json
@@ -24,6 +24,7 @@ from analyzer.render.units import fmt_us
 from analyzer.render.views import view_doc
 from analyzer.steps import median_step, step_times
 from analyzer.steps import summary as run_summary
+from analyzer.stepselect import StepChoice, analysed
 from analyzer.views import VIEWS, ViewOptions
 from analyzer.warmup import flag_steps
 
@@ -35,30 +36,37 @@ MEMORY_POINTS = 400  # points per allocator in the memory chart
 MAX_NODES_PER_TYPE = 25  # nodes of an op type in the drill-down (the rest as one sum)
 
 
-def run_data(run: Run, findings: Sequence[Any], source: str) -> dict[str, Any]:
-    """Everything the run page shows, as JSON-ready data."""
-    views = {kind: view_doc(VIEWS[kind](run, VIEW_OPTIONS)) for kind in ("ops", "scopes", "code")}
+def run_data(run: Run, findings: Sequence[Any], source: str,
+             steps: StepChoice | None = None) -> dict[str, Any]:
+    """Everything the run page shows, as JSON-ready data, over the steps `steps` keeps
+    (analyzer.stepselect; the step chart shows every step, the left-out ones marked)."""
+    steps = steps or StepChoice()
+    chosen = analysed(run, steps)
+    options = VIEW_OPTIONS.with_(include_warmup=steps.include_warmup, first_step=steps.first,
+                                 last_step=steps.last)
+    views = {kind: view_doc(VIEWS[kind](run, options)) for kind in ("ops", "scopes", "code")}
     code_rows = views["code"]["rows"]
     return {
         "page": "run",
         "source": source,
-        "glance": glance(run, views),
+        "glance": glance(run, views, steps),
         "steps": steps_section(run),
         "ops": views["ops"],
-        "op_nodes": op_nodes(run),
+        "op_nodes": op_nodes(chosen),
         "scopes": views["scopes"],
         "code": views["code"] if code_rows else {
             "missing": "No Python code view: " + ("; ".join(views["code"]["notes"])
                                                   or "no code traces in this source") + "."},
-        "critical_path": critical_path_section(run),
-        "memory": memory_section(run),
+        "critical_path": critical_path_section(chosen),
+        "memory": memory_section(chosen),
         "findings": [f.to_dict() for f in findings],
     }
 
 
-def glance(run: Run, views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def glance(run: Run, views: dict[str, dict[str, Any]], steps: StepChoice | None = None
+           ) -> dict[str, Any]:
     """The run at a glance: its shape, step time and where the time goes in a sentence."""
-    s = run_summary(run)
+    s = run_summary(run, steps)
     return {
         "steps": len(s["steps"]), "workers": s["workers"],
         "devices": [d["device"] for d in s["devices"]],
@@ -122,6 +130,9 @@ def steps_section(run: Run) -> dict[str, Any]:
 def critical_path_section(run: Run) -> dict[str, Any]:
     if not run.steps:
         return {"missing": "No steps in this source."}
+    skipped = no_dataflow(run)
+    if skipped:
+        return {"missing": f"No critical path: it {skipped}."}
     doc = json.loads(critical_path_json(critical_path(run, median_step(run))))
     if not doc["ops"]:
         return {"missing": "No critical path: the source has no dataflow graph for its ops."}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from analyzer import rundir
 from analyzer.sources import Part, Progress, Selection, SourceFrames
 
@@ -37,7 +39,35 @@ class RunDirSource:
         from analyzer.load import _load_run_dir
 
         frames, warnings, digests = _load_run_dir(part.detail, jobs, progress, digests=True)
-        return SourceFrames(frames, warnings, digests=digests)
+        return SourceFrames(frames, warnings, lacks(part.detail, frames), digests=digests)
+
+
+def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]:
+    """What this run dir does not hold (Run.lacks: what -> why), as every source says it:
+    a run dir converted from a timeline (fixtures/from_timeline.py), or captured without
+    memory tracing, has steps but no graph.pb, op_log.pb, partition graphs or memory."""
+    out: dict[str, str] = {}
+    sources = set(frames["graph_nodes"].get_column("source").unique().to_list())
+    partitions = bool(sources - {"graph"})
+    if "graph" not in sources:
+        out["graph"] = (("no graph.pb in the run dir" if run.graph is None else
+                         "graph.pb could not be read")
+                        + " (graph op types, parameters, data formats"
+                        + (")" if partitions else
+                                     "; with no partition graphs either, no dataflow edges)"))
+    if not partitions:
+        out["partition graphs"] = ("no partition graphs in the step files (kernels come "
+                                   "from timeline labels)")
+    if run.op_log is None:
+        out["code"] = "no op_log.pb in the run dir (code traces, float_ops)"
+        out["float_ops"] = out["code"]
+    elif not frames["code"].height:
+        out["code"] = "op_log.pb holds no code traces"
+    if not frames["memory"].height and not frames["allocations"].height:
+        out["memory"] = "the step files hold no memory records"
+    if not frames["output_rows"].height:
+        out["outputs"] = "the step files hold no output records"
+    return out
 
 
 def _files(run: rundir.RunDir) -> tuple[str, ...]:
