@@ -56,7 +56,7 @@ try:
 except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders are kept
     fcntl = None  # type: ignore[assignment]
 
-CACHE_VERSION = 11  # bump whenever ingest's frames or this layout change
+CACHE_VERSION = 11  # the layout (folder names, key.json); what it holds is keyed by code_digest
 KEY_FILE = "key.json"
 LOCK_FILE = ".lock"
 # The Run's frames (the executions by key, the keys with derived columns), and what views
@@ -80,6 +80,21 @@ class CacheDamaged(Exception):
 # ----------------------------------------------------------------------------- key
 
 
+@functools.cache
+def code_digest() -> str:
+    """A digest of the engine's own code (analyzer/, its sources/ and C modules, as
+    installed): the cache holds what this code computed (frames, step flags, per-node
+    numbers, trees), so a cache written by other code, even of the same version number,
+    is never read (no hand-bumped version to forget). ~1 ms, once per process."""
+    package = Path(__file__).parent
+    h = hashlib.blake2b(digest_size=16)
+    for path in sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
+                        *package.glob("*.c"), *package.glob("_*.so")]):
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def fingerprint_files(root: str | os.PathLike[str], worker: str,
                       files: Iterable[str | os.PathLike[str]]) -> dict[str, Any]:
     """What a cache of `files` (under `root`) depends on, from their stat only (cheap:
@@ -93,7 +108,8 @@ def fingerprint_files(root: str | os.PathLike[str], worker: str,
         entries.append([name[prefix:] if name.startswith(root_s) else name, st.st_size,
                         st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
     entries.sort()
-    return {"cache_version": CACHE_VERSION, "worker": worker, "root": str(root),
+    return {"cache_version": CACHE_VERSION, "code": code_digest(), "worker": worker,
+            "root": str(root),
             "taken_ns": time.time_ns(), "files": entries}
 
 
@@ -137,7 +153,8 @@ def _matches(stored: Any, key: dict[str, Any]) -> list[int] | None:
     content), the indexes of the files whose content had to be compared (their stat
     changed, or they were racy); else None."""
     if not isinstance(stored, dict) or any(stored.get(k) != key[k]
-                                           for k in ("cache_version", "source", "worker")):
+                                           for k in ("cache_version", "code", "source",
+                                                     "worker")):
         return None
     old = stored.get("files")
     if not isinstance(old, list) or len(old) != len(key["files"]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -290,3 +291,29 @@ def test_a_run_built_from_whole_frames_equals_the_loaded_one():
     filtered = run.replace(outputs=run.outputs.filter(pl.col("slot") == 0))
     assert filtered.outputs.height < run.outputs.height
     assert_frame_equal(filtered.nodes, run.nodes)
+
+
+def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
+    """The key covers the engine's code (cache.code_digest): a run analysed by another
+    build of runlens (here: this one with one comment added to warmup.py, the rule behind
+    the cached step flags) and then by this one is computed again, not read."""
+    run_dir = run_copy("mlp")
+    other = tmp_path / "other"
+    shutil.copytree(ROOT / "analyzer", other / "analyzer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "analyzer" / "warmup.py", "a") as f:
+        f.write("# another build\n")
+    code = ("import sys; from analyzer.load import load_run; import analyzer; "
+            "load_run(sys.argv[1]); print(analyzer.__file__)")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], check=True,
+                         cwd=other, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(other)}).stdout
+    assert out.strip().startswith(str(other))  # the other build wrote the cache
+    key_file = run_dir / ".runlens" / f"cache-v{CACHE_VERSION}" / "key.json"
+    theirs = json.loads(key_file.read_text())
+    assert theirs["key"]["code"] != cache.code_digest()
+    run = load_run(run_dir)
+    assert not callable(run._frames["executions"])  # computed, not read from Parquet
+    cache.wait()
+    assert json.loads(key_file.read_text())["key"]["code"] == cache.code_digest()
+    assert callable(load_run(run_dir)._frames["executions"])  # now ours: read

@@ -157,3 +157,23 @@ def test_views_note_the_steps_they_leave_out_on_stderr():
     json.loads(result.stdout)
     assert "leave out" not in run_cli(["ops", FIXTURES / "cnn", "--tfprof"]).stderr
     assert "leave out" not in run_cli(["ops", FIXTURES / "cnn", "--step", "18"]).stderr
+
+
+def test_a_gross_first_step_is_warm_up_even_with_few_steps():
+    """gpu_mnist has 5 traced steps (fewer than warmup.MIN_STEPS); its first is 91x the
+    others. With few steps only such a gross first step is flagged: the same steps with
+    the first at 2x the others' median are all kept."""
+    from analyzer.warmup import FEW_WARMUP_RATIO, flag_steps
+
+    flags = step_flags(load_run(FIXTURES / "gpu_mnist", use_cache=False))
+    assert flags.filter(pl.col("left_out")).select("step", "why").rows() == [(1, "warm-up")]
+    summary = run_cli(["summary", FIXTURES / "gpu_mnist"]).stdout
+    assert "left out   step 1 on worker:0" in summary and "(over 4 steps)" in summary
+    times = step_flags(load_run(FIXTURES / "gpu_mnist", use_cache=False)).select(
+        "worker", "step", "step_us")
+    rest = float(times.filter(pl.col("step") > 1)["step_us"].median())
+    for ratio, flagged in ((2.0, False), (FEW_WARMUP_RATIO * 1.01, True)):
+        tamed = times.with_columns(step_us=pl.when(pl.col("step") == 1)
+                                   .then(ratio * rest).otherwise(pl.col("step_us")))
+        assert flag_steps(tamed)["left_out"].to_list()[0] is flagged, ratio
+        assert flag_steps(tamed.head(2))["left_out"].sum() == 0  # 2 steps: nothing
