@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import polars as pl
 
 from analyzer.errors import RunlensError
-from analyzer.graph import CriticalPath, critical_path
+from analyzer.graph import CriticalPath, step_critical_paths
 from analyzer.model import Run
 from analyzer.nodestats import node_stats
 from analyzer.steps import median_step, step_times
@@ -117,6 +117,7 @@ class Analysis:
     def __init__(self, run: Run, choice: StepChoice | None = None) -> None:
         self.choice = choice or StepChoice()
         self.run = analysed(run, self.choice)
+        self._paths: dict[tuple[int, str], CriticalPath] = {}
 
     @functools.cached_property
     def checked_step_times(self) -> pl.DataFrame:
@@ -145,11 +146,18 @@ class Analysis:
         return median_step(self.run)
 
     def critical_path(self, step: int, worker: str | None = None) -> CriticalPath:
-        return self._critical_path(step, worker or self.run.workers[0])
+        return self.critical_paths([step], worker)[0]
 
-    @functools.lru_cache(maxsize=64)  # noqa: B019 (one Analysis per advise run)
-    def _critical_path(self, step: int, worker: str) -> CriticalPath:
-        return critical_path(self.run, step, worker)
+    def critical_paths(self, steps: list[int], worker: str | None = None
+                       ) -> list[CriticalPath]:
+        """The critical paths of `steps` (one worker), each computed once per Analysis,
+        those not yet known in one pass."""
+        worker = worker or self.run.workers[0]
+        missing = [s for s in steps if (s, worker) not in self._paths]
+        if missing:
+            for path in step_critical_paths(self.run, missing, worker):
+                self._paths[(path.step, worker)] = path
+        return [self._paths[(s, worker)] for s in steps]
 
     def sample_steps(self, n: int = 16) -> list[int]:
         """Up to n steps spread evenly over the run (critical paths cost per step)."""

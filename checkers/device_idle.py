@@ -35,8 +35,11 @@ class DeviceIdle(Checker):
     severity_note = f"warning when idle for {IDLE_WARNING:.0%} of the step or more"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
-        n = a.run.nodes.filter((pl.col("all_start_us") > 0) & (pl.col("lane_kind") == "device")
-                               & pl.col("device").str.contains("cpu"))
+        n = a.run.nodes_lazy().filter(
+            (pl.col("all_start_us") > 0) & (pl.col("lane_kind") == "device")
+            & pl.col("device").str.contains("cpu")
+        ).select("worker", "device", "lane_kind", "step", "node_name", "start_ns",
+                 "op_end_rel_ns").collect()  # only the columns used: not all of `nodes`
         busy_lanes = (n.group_by("worker", "device", "step").len()
                       .group_by("worker", "device").agg(ops=pl.col("len").mean())
                       .filter(pl.col("ops") >= MIN_OPS_PER_STEP))

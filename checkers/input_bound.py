@@ -49,8 +49,8 @@ class InputBound(Checker):
 
     def _on_path(self, a: Analysis) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
-        for step in a.sample_steps():
-            cp = a.critical_path(step)
+        for cp in a.critical_paths(a.sample_steps()):
+            step = cp.step
             if cp.step_ns == 0:
                 continue
             waiting = cp.ops.filter(pl.col("kernel").is_in(INPUT_OPS))

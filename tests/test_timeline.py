@@ -410,3 +410,18 @@ def test_outputs_of_a_worker_after_one_without_outputs(tmp_path):
     got = {key(e): e["args"]["outputs"] for e in doc["traceEvents"]
            if e.get("cat") == "Op" and key(e) in want}
     assert got == want and any(got.values())
+
+
+@pytest.mark.parametrize("name", ["rnn_while", "cnn", "straggler", "input_bound"])
+def test_critical_paths_of_many_steps_at_once_equal_one_by_one(name):
+    """The advisor computes its sampled steps' paths in one pass; each equals the path
+    of that step alone."""
+    run = load_run(FIXTURES / name)
+    steps = run.steps[:: max(1, len(run.steps) // 6)]
+    together = graph.step_critical_paths(run, steps)
+    for step, path in zip(steps, together, strict=True):
+        alone = graph.step_critical_paths(run, [step])[0]
+        assert path.step == step and path.ops.equals(alone.ops)
+        assert (path.length_ns, path.span_ns, path.step_ns) == \
+            (alone.length_ns, alone.span_ns, alone.step_ns)
+        assert path.step_ns > 0 and path.ops.height > 0
