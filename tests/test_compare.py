@@ -157,3 +157,11 @@ def test_missing_output_directory_exits_2():
     out = run_cli(["compare", COMPARE / "base_a", COMPARE / "base_b", "--no-cache",
                    "-o", "/nonexistent/dir/report.txt"], expect_exit=2).output
     assert "does not exist" in out
+
+
+def test_text_report_headings_read_as_words():
+    """Reversed, the slow_dense2 pair shows scopes that vanished: 'VANISHED', not
+    'VANISHEDS'; improvements and vanished scopes do not fail the check."""
+    out = run_cli(["compare", COMPARE / "slow_dense2", COMPARE / "base_a"]).stdout
+    assert "\nVANISHED (" in out and "VANISHEDS" not in out
+    assert "\nIMPROVEMENTS (" in out and "dense2/project" in out.split("VANISHED")[1]

@@ -21,6 +21,8 @@ from analyzer.render.units import fmt_us
 SCHEMA = 2
 KIND_LABEL = {"step": "step", "op": "op type", "scope": "scope"}
 MOVED = ("regression", "improvement", "new", "vanished")
+HEADINGS = {"regression": "REGRESSIONS", "improvement": "IMPROVEMENTS", "new": "NEW",
+            "vanished": "VANISHED"}
 
 
 def _num(value: Any, digits: int = 1) -> Any:
@@ -127,8 +129,7 @@ def compare_text(c: Comparison) -> str:
         if not group:
             continue
         lines.append("")
-        lines.append(f"{verdict.upper()}S ({len(group)})" if verdict != "new"
-                     else f"NEW ({len(group)})")
+        lines.append(f"{HEADINGS[verdict]} ({len(group)})")
         for r in group[:25]:
             lines.append(f"  {KIND_LABEL[r['kind']]:<8} {verdict_line(r, c.method)}")
         if len(group) > 25:
