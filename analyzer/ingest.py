@@ -770,15 +770,23 @@ def ingest_op_log_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
     except PARSE_ERRORS as e:
         raise InputFileError(f"{path}: not a readable OpLogProto ({_reason(e)})") from None
-    strings = dict(op_log.id_to_string)
+    return op_log_frames(((e.name, e.float_ops, list(e.types), e.code_def.traces)
+                          for e in op_log.log_entries), dict(op_log.id_to_string))
+
+
+def op_log_frames(entries: Iterable[tuple[str, int, list[str], Any]], strings: dict[int, str]
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(op log, code) frames from (name, float_ops, types, code traces) per op: what an
+    op_log.pb entry and a tfprof ProfileNode both hold (traces name their file, function
+    and line by ids into `strings`)."""
     ops: dict[str, list] = {k: [] for k in OP_LOG_SCHEMA}
     code: dict[str, list] = {k: [] for k in CODE_SCHEMA}
-    for entry in op_log.log_entries:
-        ops["name"].append(entry.name)
-        ops["float_ops"].append(entry.float_ops)
-        ops["types"].append(list(entry.types))
-        for depth, tr in enumerate(entry.code_def.traces):
-            code["name"].append(entry.name)
+    for name, float_ops, op_types, traces in entries:
+        ops["name"].append(name)
+        ops["float_ops"].append(float_ops)
+        ops["types"].append(op_types)
+        for depth, tr in enumerate(traces):
+            code["name"].append(name)
             code["depth"].append(depth)
             code["file"].append(strings.get(tr.file_id, ""))
             code["lineno"].append(tr.lineno)

@@ -15,30 +15,16 @@ that whatever the decoder accepts equals protobuf's parse.
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
-import importlib.util
-import os
 import random
-import subprocess
 import sys
-import sysconfig
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests import sanitized  # noqa: E402
+
 SEED_FIXTURES = ("plain_session", "cnn", "gpu_mnist", "rnn_while", "gpu_kittibox",
                  "memory_growth")
-
-
-def build(out_dir: Path) -> Path:
-    so = out_dir / "_stepstats_sanitized.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-std=c99",
-         f"-I{sysconfig.get_paths()['include']}", str(ROOT / "analyzer" / "_stepstats.c"),
-         "-o", str(so)],
-        check=True)
-    return so
 
 
 def fuzz(so: Path, iterations: int, seed: int) -> None:
@@ -47,11 +33,7 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
     from analyzer.rundir import find_runs
     from tests.test_native_decoder import _mutations
 
-    loader = importlib.machinery.ExtensionFileLoader("_stepstats", str(so))
-    spec = importlib.util.spec_from_loader("_stepstats", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    module = sanitized.load("_stepstats", so)
     seeds, files = [], []
     for name in SEED_FIXTURES:
         run = find_runs(ROOT / "fixtures" / "runs" / name)[0]
@@ -90,16 +72,8 @@ def main() -> int:
     if args._so:  # the child, with the sanitizer runtimes preloaded
         fuzz(args._so, args.iterations, args.seed)
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        so = build(Path(tmp))
-        libs = [subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-                for lib in ("libasan.so", "libubsan.so")]
-        env = {**os.environ, "LD_PRELOAD": " ".join(libs), "ASAN_OPTIONS": "detect_leaks=0"}
-        return subprocess.run([sys.executable, __file__, "--iterations",
-                               str(args.iterations), "--seed", str(args.seed), "--_so", str(so)],
-                              env=env).returncode
-
+    return sanitized.rerun_sanitized("_stepstats", __file__, [
+        "--iterations", str(args.iterations), "--seed", str(args.seed)])
 
 if __name__ == "__main__":
     sys.exit(main())

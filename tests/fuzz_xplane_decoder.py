@@ -17,37 +17,19 @@ Needs gcc and the Python headers. Model: tests/fuzz_native_decoder.py (StepStats
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
-import importlib.util
-import os
 import random
-import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def build(out_dir: Path) -> Path:
-    so = out_dir / "_xplane_sanitized.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-std=c99",
-         f"-I{sysconfig.get_paths()['include']}", str(ROOT / "analyzer" / "_xplane.c"),
-         "-o", str(so)],
-        check=True)
-    return so
+sys.path.insert(0, str(ROOT))
+from tests import sanitized  # noqa: E402
 
 
 def _install(so: Path) -> None:
     """The sanitized module as analyzer._xplane, before the sources import it."""
-    loader = importlib.machinery.ExtensionFileLoader("_xplane", str(so))
-    spec = importlib.util.spec_from_loader("_xplane", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    module = sanitized.load("_xplane", so)
     sys.path.insert(0, str(ROOT))
     import analyzer
 
@@ -145,17 +127,9 @@ def main() -> int:
                 return int(code)
         fuzz(args.iterations, args.seed)
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        so = build(Path(tmp))
-        libs = [subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-                for lib in ("libasan.so", "libubsan.so")]
-        env = {**os.environ, "LD_PRELOAD": " ".join(libs), "ASAN_OPTIONS": "detect_leaks=0"}
-        cmd = [sys.executable, __file__, "--iterations", str(args.iterations),
-               "--seed", str(args.seed), "--_so", str(so)]
-        return subprocess.run(cmd + (["--no-tests"] if args.no_tests else []),
-                              env=env, cwd=ROOT).returncode
-
+    return sanitized.rerun_sanitized("_xplane", __file__, [
+        "--iterations", str(args.iterations), "--seed", str(args.seed),
+        *(["--no-tests"] if args.no_tests else [])])
 
 if __name__ == "__main__":
     sys.exit(main())

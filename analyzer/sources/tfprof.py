@@ -110,24 +110,13 @@ def _graph(profile: Any, where: str) -> pl.DataFrame:
 
 
 def _op_log_and_code(profile: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
-    strings = _strings(profile)
-    ops: dict[str, list] = {k: [] for k in ingest.OP_LOG_SCHEMA}
-    code: dict[str, list] = {k: [] for k in ingest.CODE_SCHEMA}
-    for _, node in sorted(profile.nodes.items()):
-        skip = {node.op, node.canonical_device}
-        ops["name"].append(node.name)
-        ops["float_ops"].append(node.float_ops)
-        ops["types"].append([t for t in node.op_types if t not in skip])
-        for depth, tr in enumerate(node.trace.traces):
-            code["name"].append(node.name)
-            code["depth"].append(depth)
-            code["file"].append(strings.get(tr.file_id, ""))
-            code["lineno"].append(tr.lineno)
-            code["function"].append(strings.get(tr.function_id, ""))
-            code["line"].append(strings.get(tr.line_id, ""))
-            code["func_start_line"].append(tr.func_start_line)
-    return (pl.DataFrame(ops, schema=ingest.OP_LOG_SCHEMA),
-            pl.DataFrame(code, schema=ingest.CODE_SCHEMA))
+    """A node's op_types hold its op and device too (tfprof adds them): left out, as an
+    op_log.pb's types are."""
+    return ingest.op_log_frames(
+        ((node.name, node.float_ops,
+          [t for t in node.op_types if t not in {node.op, node.canonical_device}],
+          node.trace.traces) for _, node in sorted(profile.nodes.items())),
+        _strings(profile))
 
 
 _MEMORY_COLUMNS = ["mem_total_bytes", "mem_peak_bytes", "mem_live_bytes",
