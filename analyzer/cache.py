@@ -49,6 +49,7 @@ import polars as pl
 
 from analyzer import digest as content
 from analyzer.rundir import atomic_write
+from analyzer.schema import CACHED_FRAMES
 from analyzer.sources import Part
 
 try:
@@ -59,13 +60,7 @@ except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders a
 CACHE_VERSION = 11  # the layout (folder names, key.json); what it holds is keyed by code_digest
 KEY_FILE = "key.json"
 LOCK_FILE = ".lock"
-# The Run's frames (the executions by key, the keys with derived columns), and what views
-# need with their default options: the steps' warm-up/outlier flags, step -1's per-node
-# numbers over the default steps (analyzer.stepselect), the code paths, the scope and
-# code trees. Written in this order: the ones computed last come last.
-FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-          "threads", "graph_nodes", "op_log", "code", "lacks", "step_flags", "node_stats",
-          "code_paths", "scopes_tree", "code_tree")
+FRAMES = CACHED_FRAMES  # in the order written (analyzer/schema.py)
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")

@@ -31,6 +31,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir
+from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA
 from analyzer.stepselect import analysed, step_flags
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
@@ -197,7 +198,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
         )
     warnings += [w for w in (graph_warning, op_log_warning) if w]
     graph_frames = ([graph] if graph is not None else []) + partition_graphs
-    graph_nodes = _concat(graph_frames, ingest.GRAPH_NODE_SCHEMA).unique(
+    graph_nodes = _concat(graph_frames, GRAPH_NODE_SCHEMA).unique(
         subset=["name", "source", "device"], keep="first", maintain_order=True)
     worker = pl.lit(run.worker).alias("worker")
     merged = ingest.concat_step_frames(steps, in_order=True)
@@ -216,9 +217,6 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
     return frames, warnings, files
-
-
-LACKS_SCHEMA = {"what": pl.String, "why": pl.String}
 
 
 def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,

@@ -22,7 +22,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from analyzer.errors import InputFileError
-from analyzer.ingest import _varint
+from analyzer.ingest.wire import varint
 from analyzer.proto import xplane_pb2
 
 try:
@@ -203,17 +203,17 @@ def _plane_spans(buf: Any) -> Iterator[tuple[int, int]]:
     pos, end = 0, len(buf)
     try:
         while pos < end:
-            key, pos = _varint(buf, pos)
+            key, pos = varint(buf, pos)
             number, wire = key >> 3, key & 7
             if wire == 2:
-                size, pos = _varint(buf, pos)
+                size, pos = varint(buf, pos)
                 if pos + size > end:
                     raise DecodeError("truncated field")
                 if number == _PLANES:
                     yield pos, size
                 pos += size
             elif wire == 0:
-                _, pos = _varint(buf, pos)
+                _, pos = varint(buf, pos)
             elif wire in (1, 5):
                 pos += 8 if wire == 1 else 4
             else:
