@@ -41,13 +41,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from analyzer import digest as content
+from analyzer.background import Background
 from analyzer.rundir import atomic_write
 from analyzer.schema import CACHED_FRAMES
 from analyzer.sources import Part
@@ -390,8 +391,10 @@ def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
     return store_at(_locations(run), key, frames, warnings, digests)
 
 
-_writer: ThreadPoolExecutor | None = None
-_pending: list[Future] = []
+# Its thread is joined when the interpreter exits: the cache is finished first. An error
+# no `store` expects (a bug: it turns OSError and failed frames into no cache) is one
+# warning.
+_writer = Background(1, "runlens-cache")
 
 
 def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
@@ -399,22 +402,12 @@ def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, Cac
                         ) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""
-    global _writer
-    if _writer is None:
-        # Its thread is joined when the interpreter exits: the cache is finished first.
-        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlens-cache")
-    future = _writer.submit(store, run, key, dict(frames), list(warnings), digests)
-    _pending.append(future)
-    return future
+    return _writer.detach(store, run, key, dict(frames), list(warnings), digests)
 
 
 def wait() -> None:
     """Until the caches being written by this process are written (or given up)."""
-    while _pending:
-        try:
-            _pending.pop(0).result()
-        except Exception:  # noqa: BLE001 - a cache that could not be written is no cache
-            pass
+    _writer.wait()
 
 
 def _remove_unused(loc: Path, keep: str) -> None:

@@ -9,11 +9,9 @@ needs whole (memory events, step markers), is read with protobuf through `event(
 
 from __future__ import annotations
 
-import itertools
+import functools
 import mmap
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from analyzer.background import Background
 from analyzer.errors import InputFileError
 from analyzer.ingest.wire import varint
 from analyzer.proto import xplane_pb2
@@ -103,8 +102,8 @@ class Plane:
 
     def lines(self, wanted: tuple[int, ...], jobs: int = 2,
               keep: set[int] | None = None) -> Iterator[Line]:
-        """Each line's columns, in order. Natively, the next `jobs - 1` lines are decoded
-        in threads meanwhile (the decoder releases the GIL); at most `jobs` lines are in
+        """Each line's columns, in order. Natively, the next `jobs` lines are decoded
+        in threads meanwhile (the decoder releases the GIL); at most `jobs + 1` lines are in
         memory at once. `keep`: the metadata ids of the events the caller reads; natively
         the others are left out of the columns (not decoded at all), else all are."""
         bits = _bitmap(keep)
@@ -112,16 +111,9 @@ class Plane:
             for item in self._lines:
                 yield _columns_of(item, wanted)
             return
-        with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
-            pending: deque[Future] = deque()
-            items = iter(self._lines)
-            for item in itertools.islice(items, max(jobs, 1)):
-                pending.append(pool.submit(self._decode, item, wanted, bits))
-            while pending:
-                line = pending.popleft().result()
-                for item in itertools.islice(items, 1):
-                    pending.append(pool.submit(self._decode, item, wanted, bits))
-                yield line
+        decode = functools.partial(self._decode, wanted=wanted, bits=bits)
+        with Background(jobs, "runlens-xplane") as pool:
+            yield from pool.ahead(decode, self._lines, jobs)
 
     def _decode(self, item: tuple[int, int], wanted: tuple[int, ...],
                 bits: bytes | None) -> Line:
