@@ -4,7 +4,8 @@ what decoding a file's bytes can raise, and how it is said in one line."""
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -44,7 +45,14 @@ def varint(buf: Buffer, pos: int) -> tuple[int, int]:
 
 
 def split_fields(buf: Buffer) -> Iterable[tuple[int, Buffer]]:
-    """Top-level length-delimited fields of a message, as (field number, bytes), unparsed.
+    """Top-level length-delimited fields of a message, as (field number, bytes), unparsed."""
+    for number, start, size in field_spans(buf):
+        yield number, buf[start : start + size]
+
+
+def field_spans(buf: Any) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, size) of each top-level length-delimited field of a message
+    in `buf` (any buffer: bytes, memoryview, mmap), unparsed and uncopied.
 
     Raises DecodeError on malformed or truncated input, like protobuf does (field number
     0 at once: a file of zeros is rejected at its first byte, not walked to its end).
@@ -60,7 +68,7 @@ def split_fields(buf: Buffer) -> Iterable[tuple[int, Buffer]]:
                 size, pos = varint(buf, pos)
                 if pos + size > end:
                     raise DecodeError("truncated field")
-                yield number, buf[pos : pos + size]
+                yield number, pos, size
                 pos += size
             elif wire == 0:
                 _, pos = varint(buf, pos)

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from analyzer.background import Background
 from analyzer.errors import InputFileError
-from analyzer.ingest.wire import varint
+from analyzer.ingest.wire import field_spans
 from analyzer.proto import xplane_pb2
 
 try:
@@ -192,25 +192,4 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
 
 def _plane_spans(buf: Any) -> Iterator[tuple[int, int]]:
     """(start, length) of each XSpace.planes value; DecodeError when malformed."""
-    pos, end = 0, len(buf)
-    try:
-        while pos < end:
-            key, pos = varint(buf, pos)
-            number, wire = key >> 3, key & 7
-            if wire == 2:
-                size, pos = varint(buf, pos)
-                if pos + size > end:
-                    raise DecodeError("truncated field")
-                if number == _PLANES:
-                    yield pos, size
-                pos += size
-            elif wire == 0:
-                _, pos = varint(buf, pos)
-            elif wire in (1, 5):
-                pos += 8 if wire == 1 else 4
-            else:
-                raise DecodeError(f"unsupported wire type {wire}")
-        if pos != end:
-            raise DecodeError("truncated message")
-    except IndexError:
-        raise DecodeError("truncated message") from None
+    return ((start, size) for number, start, size in field_spans(buf) if number == _PLANES)
