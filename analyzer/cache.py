@@ -78,17 +78,25 @@ class CacheDamaged(Exception):
 
 @functools.cache
 def code_digest() -> str:
-    """A digest of the engine's own code (analyzer/, its sources/ and C modules, as
-    installed): the cache holds what this code computed (frames, step flags, per-node
-    numbers, trees), so a cache written by other code, even of the same version number,
-    is never read (no hand-bumped version to forget). ~1 ms, once per process."""
+    """A digest of the engine's own code (`code_files`, as installed): the cache holds
+    what this code computed (frames, step flags, per-node numbers, trees), so a cache
+    written by other code, even of the same version number, is never read (no
+    hand-bumped version to forget). ~1 ms, once per process."""
     package = Path(__file__).parent
     h = hashlib.blake2b(digest_size=16)
-    for path in sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
-                        *package.glob("*.c"), *package.glob("_*.so")]):
-        h.update(path.name.encode() + b"\0")
+    for path in code_files():
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def code_files() -> list[Path]:
+    """The files whose code decides what the cache holds: analyzer/'s modules, its
+    sources/ and ingest/ packages, its C modules (rendering and reports are not cached)."""
+    package = Path(__file__).parent
+    return sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
+                   *package.glob("ingest/*.py"), *package.glob("*.c"),
+                   *package.glob("_*.so")])
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,
