@@ -57,7 +57,9 @@ static int buf_put(Buf *b, const void *v, size_t n) {
 
 enum { ERR_OK = 0, ERR_BAIL = -1, ERR_NOMEM = -2 };
 
-/* The order of each table's columns is the order of the names in COLUMNS below. */
+/* The order of each table's columns is the order of the names in the *_COLS tables below,
+ * exported as the module's COLUMNS; their names and types are analyzer/schema.py's (string
+ * columns as u4 codes), which tests/test_schema.py checks. */
 enum {
     N_STEP, N_EXEC, N_ALL_START_US, N_OP_START_US, N_OP_END_US,
     N_ALL_END_US, N_SCHED_US, N_START_NS, N_OP_START_NS, N_OP_END_NS, N_ALL_END_NS,
