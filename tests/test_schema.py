@@ -3,6 +3,8 @@ order but says it (`_stepstats.COLUMNS`), and here the two are held to agree."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pytest
 
@@ -15,7 +17,7 @@ DECODED = {"nodes": schema.NODE_SCHEMA, "outputs": schema.OUTPUT_SCHEMA,
            "threads": schema.THREAD_SCHEMA}
 
 
-def _numpy_dtype(dtype: pl.DataType) -> str:
+def _numpy_dtype(dtype: Any) -> str:
     """What the decoder writes for a column of this polars type (strings: codes)."""
     if dtype == pl.String:
         return "u4"
@@ -34,7 +36,7 @@ def test_decoder_columns_are_the_schema(table: str) -> None:
 
 @pytest.mark.skipif(not ingest.native_decoder_available(), reason="C decoder not built here")
 def test_decoder_finish_gives_columns_in_that_order() -> None:
-    finished = ingest._stepstats.Decoder().finish()  # type: ignore[union-attr]
+    finished: dict[str, Any] = dict(ingest._stepstats.Decoder().finish())  # type: ignore[union-attr]
     for table, columns in ingest._stepstats.COLUMNS.items():  # type: ignore[union-attr]
         assert [(name, dtype) for name, (dtype, _) in finished[table].items()] == list(columns)
 

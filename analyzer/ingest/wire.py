@@ -3,17 +3,15 @@ what decoding a file's bytes can raise, and how it is said in one line."""
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
-_stepstats: types.ModuleType | None
 try:  # the C decoder (analyzer/_stepstats.c); optional, built at install where possible
-    import analyzer._stepstats as _stepstats
+    from analyzer import _stepstats
 except ImportError:  # pragma: no cover - depends on the install
-    _stepstats = None
+    _stepstats = None  # type: ignore[assignment]
 
 Buffer = bytes | memoryview
 
