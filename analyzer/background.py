@@ -15,13 +15,11 @@ Threads pay where the work releases the GIL (the C decoders, Parquet writes, fil
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -123,6 +121,10 @@ def map_in_processes(fn: Callable[[T], R], items: list[T], workers: int,
     them (e.g. reporting progress); an item's error is raised where `consume` takes its
     result. None when no pool can run here (no /dev/shm; a script without
     `if __name__ == "__main__"`, which the spawn start method needs): do it serially."""
+    import multiprocessing  # only here: the threads' users never start processes
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=ctx) as pool:
