@@ -1,4 +1,4 @@
-/* Native decoder of StepStats wire bytes into columns: ingest.py's fast path.
+/* Native decoder of StepStats wire bytes into columns: analyzer/ingest's fast path.
  *
  * Why: the Python protobuf walk costs ~7 us per NodeExecStats (attribute reads), which
  * caps ingest near 100k node stats/s. This decoder reads the wire format directly into
@@ -8,7 +8,7 @@
  * Scope: the canonical encoding TensorFlow writes. Anything else (a singular message field
  * seen twice, a known field with an unexpected wire type, groups, invalid UTF-8, malformed
  * or truncated input) makes add() fail and leaves the decoder as it was before the call;
- * ingest.py then walks that file with protobuf, which is the arbiter of what is valid.
+ * ingest then walks that file with protobuf, which is the arbiter of what is valid.
  *
  * Field numbers: analyzer/proto/step_stats.proto, tensor_description.proto,
  * tensor_shape.proto, allocation_description.proto.
@@ -57,7 +57,9 @@ static int buf_put(Buf *b, const void *v, size_t n) {
 
 enum { ERR_OK = 0, ERR_BAIL = -1, ERR_NOMEM = -2 };
 
-/* The order of each table's columns is the order of the names in COLUMNS below. */
+/* The order of each table's columns is the order of the names in the *_COLS tables below,
+ * exported as the module's COLUMNS; their names and types are analyzer/schema.py's (string
+ * columns as u4 codes), which tests/test_schema.py checks. */
 enum {
     N_STEP, N_EXEC, N_ALL_START_US, N_OP_START_US, N_OP_END_US,
     N_ALL_END_US, N_SCHED_US, N_START_NS, N_OP_START_NS, N_OP_END_NS, N_ALL_END_NS,
@@ -1090,15 +1092,44 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_stepstats",
-    .m_doc = "Native StepStats wire decoder (see analyzer/ingest.py).",
+    .m_doc = "Native StepStats wire decoder (see analyzer/ingest/stepwalk.py).",
     .m_size = -1,
     .m_methods = module_methods,
 };
+
+/* ((name, numpy dtype), ...) of a table, in the decoder's column order. */
+static PyObject *spec_tuple(const ColSpec *spec, int n) {
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(ss)", spec[i].name, spec[i].type);
+        if (!pair) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
+/* COLUMNS: per table finish() returns, its columns (name, numpy dtype) in this order;
+ * tests/test_schema.py checks them against analyzer/schema.py. */
+static PyObject *columns_dict(void) {
+    return Py_BuildValue("{sNsNsNsNsN}",
+                         "nodes", spec_tuple(NODE_COLS, N_COLS),
+                         "outputs", spec_tuple(OUTPUT_COLS, O_COLS),
+                         "memory", spec_tuple(MEMORY_COLS, M_COLS),
+                         "allocations", spec_tuple(ALLOC_COLS, A_COLS),
+                         "threads", spec_tuple(THREAD_COLS, T_COLS));
+}
 
 PyMODINIT_FUNC PyInit__stepstats(void) {
     if (PyType_Ready(&DecoderType) < 0 || PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    PyObject *columns = columns_dict();
+    if (!columns || PyModule_AddObject(m, "COLUMNS", columns) < 0) {
+        Py_XDECREF(columns);
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&DecoderType);
     if (PyModule_AddObject(m, "Decoder", (PyObject *)&DecoderType) < 0) {
         Py_DECREF(&DecoderType);

@@ -41,14 +41,16 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from analyzer import digest as content
+from analyzer.background import Background
 from analyzer.rundir import atomic_write
+from analyzer.schema import CACHED_FRAMES
 from analyzer.sources import Part
 
 try:
@@ -59,13 +61,7 @@ except ImportError:  # pragma: no cover - not on Linux/macOS: old data folders a
 CACHE_VERSION = 11  # the layout (folder names, key.json); what it holds is keyed by code_digest
 KEY_FILE = "key.json"
 LOCK_FILE = ".lock"
-# The Run's frames (the executions by key, the keys with derived columns), and what views
-# need with their default options: the steps' warm-up/outlier flags, step -1's per-node
-# numbers over the default steps (analyzer.stepselect), the code paths, the scope and
-# code trees. Written in this order: the ones computed last come last.
-FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-          "threads", "graph_nodes", "op_log", "code", "lacks", "step_flags", "node_stats",
-          "code_paths", "scopes_tree", "code_tree")
+FRAMES = CACHED_FRAMES  # in the order written (analyzer/schema.py)
 # Numbers only, rows by the million: written uncompressed (1M executions: 0.08 s and
 # 0.15 CPU-s for 44 MB, vs snappy's 0.12 s and 0.23 CPU-s for 22 MB).
 UNCOMPRESSED = ("executions", "output_rows")
@@ -82,17 +78,25 @@ class CacheDamaged(Exception):
 
 @functools.cache
 def code_digest() -> str:
-    """A digest of the engine's own code (analyzer/, its sources/ and C modules, as
-    installed): the cache holds what this code computed (frames, step flags, per-node
-    numbers, trees), so a cache written by other code, even of the same version number,
-    is never read (no hand-bumped version to forget). ~1 ms, once per process."""
+    """A digest of the engine's own code (`code_files`, as installed): the cache holds
+    what this code computed (frames, step flags, per-node numbers, trees), so a cache
+    written by other code, even of the same version number, is never read (no
+    hand-bumped version to forget). ~1 ms, once per process."""
     package = Path(__file__).parent
     h = hashlib.blake2b(digest_size=16)
-    for path in sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
-                        *package.glob("*.c"), *package.glob("_*.so")]):
-        h.update(path.name.encode() + b"\0")
+    for path in code_files():
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def code_files() -> list[Path]:
+    """The files whose code decides what the cache holds: analyzer/'s modules, its
+    sources/ and ingest/ packages, its C modules (rendering and reports are not cached)."""
+    package = Path(__file__).parent
+    return sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
+                   *package.glob("ingest/*.py"), *package.glob("*.c"),
+                   *package.glob("_*.so")])
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,
@@ -395,8 +399,10 @@ def store(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
     return store_at(_locations(run), key, frames, warnings, digests)
 
 
-_writer: ThreadPoolExecutor | None = None
-_pending: list[Future] = []
+# Its thread is joined when the interpreter exits: the cache is finished first. An error
+# no `store` expects (a bug: it turns OSError and failed frames into no cache) is one
+# warning.
+_writer = Background(1, "runlens-cache")
 
 
 def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, CacheFrame],
@@ -404,22 +410,12 @@ def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, Cac
                         ) -> Future:
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""
-    global _writer
-    if _writer is None:
-        # Its thread is joined when the interpreter exits: the cache is finished first.
-        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlens-cache")
-    future = _writer.submit(store, run, key, dict(frames), list(warnings), digests)
-    _pending.append(future)
-    return future
+    return _writer.detach(store, run, key, dict(frames), list(warnings), digests)
 
 
 def wait() -> None:
     """Until the caches being written by this process are written (or given up)."""
-    while _pending:
-        try:
-            _pending.pop(0).result()
-        except Exception:  # noqa: BLE001 - a cache that could not be written is no cache
-            pass
+    _writer.wait()
 
 
 def _remove_unused(loc: Path, keep: str) -> None:

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import functools
 import itertools
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from analyzer import cache, ingest, sources
+from analyzer.background import Background, map_in_processes
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir
+from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA
 from analyzer.stepselect import analysed, step_flags
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
@@ -97,7 +97,7 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bo
                                      partition_graphs=ingest.PartitionGraphs(), digests=digests)
     if jobs > 1 and len(batches) > 1:
         if ingest.native_decoder_available():
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
+            with Background(jobs, "runlens-ingest") as pool:
                 return _collect(pool.map(ingest_batch, batches), batches, progress)
         total_bytes = sum(_size(p) for p, _, _ in items)
         if total_bytes >= PARALLEL_MIN_BYTES:
@@ -129,16 +129,11 @@ def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.Step
 def _ingest_in_processes(batches: list[list[ingest.StepItem]], jobs: int,
                          progress: Progress | None, digests: bool
                          ) -> list[ingest.StepBatch] | None:
-    """Batches in a pool of processes; None when no pool can run here (go serial)."""
-    try:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(batches)), mp_context=ctx) as pool:
-            return _collect(pool.map(_ingest_batch_in_process, batches,
-                                     itertools.repeat(digests)), batches, progress)
-    except (BrokenProcessPool, OSError, RuntimeError):
-        # No pool here: no /dev/shm, or a script without `if __name__ == "__main__"`,
-        # which the spawn start method needs. Serial ingest gives the same frames.
-        return None
+    """Batches in a pool of processes; None when no pool can run here (serial ingest
+    gives the same frames)."""
+    return map_in_processes(functools.partial(_ingest_batch_in_process, digests=digests),
+                            batches, jobs,
+                            functools.partial(_collect, batches=batches, progress=progress))
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
@@ -177,7 +172,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
     # graph.pb and op_log.pb (Python walks) are read beside the step files, whose
     # decoding leaves the main thread idle. Partition graphs are parsed with the step file
     # that first holds them, so that a bad one skips that file only.
-    with ThreadPoolExecutor(max_workers=1) as side:
+    with Background(1, "runlens-side") as side:
         graph_read = side.submit(_read_graph, run)
         op_log_read = side.submit(_read_op_log, run)
         for batch in _ingest_steps(run, jobs, progress, digests):
@@ -197,7 +192,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
         )
     warnings += [w for w in (graph_warning, op_log_warning) if w]
     graph_frames = ([graph] if graph is not None else []) + partition_graphs
-    graph_nodes = _concat(graph_frames, ingest.GRAPH_NODE_SCHEMA).unique(
+    graph_nodes = _concat(graph_frames, GRAPH_NODE_SCHEMA).unique(
         subset=["name", "source", "device"], keep="first", maintain_order=True)
     worker = pl.lit(run.worker).alias("worker")
     merged = ingest.concat_step_frames(steps, in_order=True)
@@ -216,9 +211,6 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
     return frames, warnings, files
-
-
-LACKS_SCHEMA = {"what": pl.String, "why": pl.String}
 
 
 def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,

@@ -12,6 +12,14 @@ from pathlib import Path
 
 import polars as pl
 
+from analyzer.schema import (
+    KEY_COLUMNS,
+    NODE_COLUMNS,
+    OUTPUT_COLUMNS,
+    OUTPUT_KEY_COLUMNS,
+    RUN_FRAMES,
+)
+
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
 _DEVICE_PREFIX_RE = r"^(.*/(?:device:)?[a-z_]*(?:cpu|gpu|tpu|sycl)[a-z_]*:\d+)"
@@ -57,8 +65,7 @@ class Run:
     `derived` other frames computed from these (`derived_frame`), which the cache keeps.
     """
 
-    FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-              "threads", "graph_nodes", "op_log", "code")
+    FRAMES = RUN_FRAMES  # analyzer/schema.py names their columns
     executions = _Frame()
     keys = _Frame()
     output_rows = _Frame()
@@ -276,25 +283,6 @@ def derive_keys(keys: pl.DataFrame, graph_nodes: pl.DataFrame) -> pl.DataFrame:
             fused_ops=fused_label_expr(pl.col("kernel"), pl.col("fused_list")),
         )
     )
-
-
-# The executions frame as a Run shows it: numbers, then the key's columns.
-NODE_COLUMNS = [
-    "step", "exec_idx", "lane", "stat_name", "timeline_label", "all_start_us",
-    "op_start_rel_us", "op_end_rel_us", "all_end_rel_us", "scheduled_us", "start_ns",
-    "op_start_rel_ns", "op_end_rel_ns", "all_end_rel_ns", "scheduled_ns", "thread_id",
-    "mem_total_bytes", "mem_peak_bytes", "mem_live_bytes", "allocator_bytes_in_use",
-    "temp_bytes", "persistent_bytes", "output_bytes", "worker", "node_name", "device",
-    "lane_kind", "op_type", "op_type_source", "kernel", "fused_ops",
-]
-KEY_COLUMNS = ["worker", "lane", "stat_name", "timeline_label", "node_name", "device",
-               "lane_kind", "op_type", "op_type_source", "kernel", "fused_ops"]
-
-
-# The outputs frame as a Run shows it.
-OUTPUT_COLUMNS = ["step", "exec_idx", "slot", "dtype", "shape", "requested_bytes",
-                  "allocated_bytes", "allocation_id", "allocator_name", "ptr", "worker"]
-OUTPUT_KEY_COLUMNS = ["worker", "dtype", "shape", "allocator_name"]
 
 
 def keyed_rows(rows: pl.DataFrame, keys: pl.DataFrame, key: str = "key_id",

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -317,3 +318,15 @@ def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
     cache.wait()
     assert json.loads(key_file.read_text())["key"]["code"] == cache.code_digest()
     assert callable(load_run(run_dir)._frames["executions"])  # now ours: read
+
+
+def test_the_cache_key_covers_every_engine_package():
+    """cache.code_files covers each package whose code computes what the cache holds
+    (a new one, like ingest/, must not be left out): all but presentation and the
+    generated protobuf modules."""
+    package = ROOT / "analyzer"
+    covered = {p.relative_to(package) for p in cache.code_files()}
+    engine = {p.relative_to(package) for p in package.rglob("*.py")
+              if p.relative_to(package).parts[0] not in ("render", "report", "proto")}
+    assert engine <= covered
+    assert Path("ingest/stepwalk.py") in covered

@@ -1,6 +1,6 @@
 """The C StepStats decoder gives exactly the frames of protobuf's parse + walk, or declines.
 
-protobuf is the reference (analyzer/ingest.py `walk_step_bytes`): on every fixture, on
+protobuf is the reference (analyzer/ingest/stepwalk.py `walk_step_bytes`): on every fixture, on
 hand-built encodings TensorFlow does not write (fields out of order, repeated map keys,
 unknown fields, old traces without nanos), and on thousands of corrupted step files the
 decoder either declines (ingest then asks protobuf) or agrees with protobuf row for row.
@@ -31,7 +31,7 @@ def _native(stats: bytes, step: int = 7) -> ingest.StepFrames | None:
     devices = decoder.add(stats, step)
     if not devices:
         return None
-    return ingest._decoded_frames(decoder.finish())
+    return ingest.decoded_frames(decoder.finish())
 
 
 def _keyed(rows: pl.DataFrame, keys: pl.DataFrame, column: str) -> pl.DataFrame:

@@ -9,12 +9,12 @@ inventing it.
 
 Raw frames (SourceFrames.frames); `raw_frames` below adds the `worker` column where it
 belongs (keys, output_keys and the per-worker frames) and the frames a source leaves out:
-- `executions` (ingest.NODE_SCHEMA: numbers and a key_id) and `keys` (worker, lane,
+- `executions` (schema.NODE_SCHEMA: numbers and a key_id) and `keys` (worker, lane,
   node_name, timeline_label), or, simpler for a new source, `nodes`: one row per
   execution with NODE_SCHEMA's numbers (no key_id) and lane, node_name, timeline_label;
   `raw_frames` splits it (`split_nodes`);
 - `output_rows` + `output_keys`, `memory`, `allocations`, `threads`, `graph_nodes`,
-  `op_log`, `code`: ingest's schemas; `empty_frames` gives the empty ones.
+  `op_log`, `code`: analyzer/schema.py's schemas; `empty_frames` gives the empty ones.
 How to add a source: docs/sources.md.
 """
 
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from analyzer import schema
 from analyzer.errors import RunDirError
 
 Progress = Callable[[int, int], None]
@@ -115,42 +116,35 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
 
 # Key columns of the raw `keys` frame, and the per-worker frames every part gives.
 RAW_KEY_COLUMNS = ["worker", "lane", "node_name", "timeline_label"]
-_SCHEMAS = {
-    "memory": "MEMORY_SCHEMA", "allocations": "ALLOCATION_SCHEMA", "threads": "THREAD_SCHEMA",
-    "graph_nodes": "GRAPH_NODE_SCHEMA", "op_log": "OP_LOG_SCHEMA", "code": "CODE_SCHEMA",
-}
 
 
 def empty_frames(worker: str) -> dict[str, pl.DataFrame]:
-    """Every raw frame, empty (ingest's schemas, with the worker column): a source
+    """Every raw frame, empty (analyzer/schema.py's, with the worker column): a source
     replaces those its format holds."""
-    from analyzer import ingest
-
     lit = pl.lit(worker).alias("worker")
 
     def empty(schema: dict) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
 
-    frames = {name: empty(getattr(ingest, schema)).with_columns(lit)
-              for name, schema in _SCHEMAS.items()}
-    frames["executions"] = empty(ingest.NODE_SCHEMA)
-    frames["keys"] = empty({"worker": pl.String, **ingest.KEY_SCHEMA})
-    frames["output_rows"] = empty(ingest.OUTPUT_SCHEMA)
-    frames["output_keys"] = empty({"worker": pl.String, **ingest.OUTPUT_KEY_SCHEMA})
+    frames = {name: empty(columns).with_columns(lit)
+              for name, columns in schema.PLAIN_FRAMES.items()}
+    frames["executions"] = empty(schema.NODE_SCHEMA)
+    frames["keys"] = empty({"worker": pl.String, **schema.KEY_SCHEMA})
+    frames["output_rows"] = empty(schema.OUTPUT_SCHEMA)
+    frames["output_keys"] = empty({"worker": pl.String, **schema.OUTPUT_KEY_SCHEMA})
     return frames
 
 
 def split_nodes(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """A plain `nodes` frame (NODE_SCHEMA's numbers but key_id, plus RAW_KEY_COLUMNS) ->
     (executions, keys): each distinct key once, numbered in order of appearance."""
-    from analyzer import ingest
     from analyzer.model import split_keys
 
-    numbers = [c for c in ingest.NODE_SCHEMA if c != "key_id"]
+    numbers = [c for c in schema.NODE_SCHEMA if c != "key_id"]
     rows = nodes.select(*numbers, *RAW_KEY_COLUMNS).cast(
-        {c: ingest.NODE_SCHEMA[c] for c in numbers})  # type: ignore[arg-type]
+        {c: schema.NODE_SCHEMA[c] for c in numbers})  # type: ignore[arg-type]
     executions, keys = split_keys(rows, RAW_KEY_COLUMNS)
-    return executions.select(list(ingest.NODE_SCHEMA)), keys
+    return executions.select(list(schema.NODE_SCHEMA)), keys
 
 
 def raw_frames(frames: dict[str, pl.DataFrame], worker: str) -> dict[str, pl.DataFrame]:
@@ -163,7 +157,7 @@ def raw_frames(frames: dict[str, pl.DataFrame], worker: str) -> dict[str, pl.Dat
                 frame = frame.with_columns(pl.lit(worker).alias("worker"))
             out["executions"], out["keys"] = split_nodes(frame)
         elif name in out:
-            if name in _SCHEMAS and "worker" not in frame.columns:
+            if name in schema.PLAIN_FRAMES and "worker" not in frame.columns:
                 frame = frame.with_columns(pl.lit(worker).alias("worker"))
             out[name] = frame
         else:

@@ -105,7 +105,7 @@ def _step_of_tag(tag: str) -> int | None:
 
 def _graph_of_meta_graph(raw: bytes) -> bytes | None:
     try:
-        return next((bytes(p) for n, p in ingest._split_fields(raw)
+        return next((bytes(p) for n, p in ingest.split_fields(raw)
                      if n == _META_GRAPH_GRAPH_DEF), None)
     except DecodeError:
         return None

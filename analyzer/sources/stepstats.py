@@ -13,7 +13,7 @@ import hashlib
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from analyzer import ingest
+from analyzer import ingest, schema
 from analyzer.errors import InputFileError, RunDirError
 
 # (global step, serialized RunMetadata, what to call it in messages)
@@ -58,7 +58,7 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
                                                      f"{where} (partition graphs)",
                                                      "partition"))
     graph_nodes = (pl.concat(graph_frames, how="vertical") if graph_frames
-                   else pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA))
+                   else pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA))
     graph_nodes = graph_nodes.unique(subset=["name", "source", "device"], keep="first",
                                      maintain_order=True)
     merged = ingest.concat_step_frames(parts)

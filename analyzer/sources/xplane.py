@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from analyzer import ingest
+from analyzer import ingest, schema
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.proto import config_pb2
 from analyzer.sources import Part, Progress, Selection, SourceFrames
@@ -78,14 +78,14 @@ def profile_run_folder(logdir: Path, name: str) -> Path:
 def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[str]]:
     """The partition graphs of runlens.graphs.pb (a RunMetadata of function graphs)."""
     if graphs is None or not graphs.is_file():
-        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), []
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), []
     try:
         meta = config_pb2.RunMetadata.FromString(graphs.read_bytes())
     except OSError as e:
-        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), [
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
             f"{graphs}: cannot read ({e.strerror or e}); no dataflow graph"]
     except (DecodeError, RuntimeError) as e:
-        return pl.DataFrame(schema=ingest.GRAPH_NODE_SCHEMA), [
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
             f"{graphs}: not a readable RunMetadata ({e}); no dataflow graph"]
     defs = [g.SerializeToString() for fg in meta.function_graphs for g in fg.partition_graphs]
     frame = ingest.ingest_graph_defs(defs, str(graphs), "partition")
@@ -96,7 +96,7 @@ def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """JAX: graph nodes (framework op -> op type) and code (source frames) from the HLO
     metadata plane."""
     nodes: dict[str, str] = {}
-    code: dict[str, list] = {k: [] for k in ingest.CODE_SCHEMA}
+    code: dict[str, list] = {k: [] for k in schema.CODE_SCHEMA}
     for plane in planes:
         if plane.name != "/host:metadata":
             continue
@@ -113,11 +113,11 @@ def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     graph = pl.DataFrame({"name": list(nodes), "op": list(nodes.values())},
                          schema={"name": pl.String, "op": pl.String})
     graph = graph.with_columns(
-        **{c: pl.lit(None, dtype=t) for c, t in ingest.GRAPH_NODE_SCHEMA.items()
+        **{c: pl.lit(None, dtype=t) for c, t in schema.GRAPH_NODE_SCHEMA.items()
            if c not in ("name", "op", "source")},
         source=pl.lit("hlo"),
-    ).select(list(ingest.GRAPH_NODE_SCHEMA))
-    return graph, pl.DataFrame(code, schema=ingest.CODE_SCHEMA)
+    ).select(list(schema.GRAPH_NODE_SCHEMA))
+    return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)
 
 
 def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
@@ -140,7 +140,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     else:
         graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)
         warnings += more
-        code = pl.DataFrame(schema=ingest.CODE_SCHEMA)
+        code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
             lacks["graph"] = ("no function graphs beside the profile (capture with "
                               "analyzer.capture_tf2 to get them)")
@@ -149,11 +149,11 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         lacks["allocations"] = "the profile holds no MemoryAllocation events"
     worker_col = pl.lit(worker).alias("worker")
     empty = {
-        "output_rows": pl.DataFrame(schema=ingest.OUTPUT_SCHEMA),
+        "output_rows": pl.DataFrame(schema=schema.OUTPUT_SCHEMA),
         "output_keys": pl.DataFrame(schema={"worker": pl.String,
-                                            **ingest.OUTPUT_KEY_SCHEMA}),
-        "memory": pl.DataFrame(schema=ingest.MEMORY_SCHEMA).with_columns(worker_col),
-        "op_log": pl.DataFrame(schema=ingest.OP_LOG_SCHEMA).with_columns(worker_col),
+                                            **schema.OUTPUT_KEY_SCHEMA}),
+        "memory": pl.DataFrame(schema=schema.MEMORY_SCHEMA).with_columns(worker_col),
+        "op_log": pl.DataFrame(schema=schema.OP_LOG_SCHEMA).with_columns(worker_col),
     }
     out = {**frames, **empty,
            "threads": frames["threads"].with_columns(worker_col),

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyzer import ingest
+from analyzer import schema
 from analyzer.sources import xplane_wire
 from analyzer.sources.xplane_hlo import HloOp, program_ops
 from analyzer.sources.xplane_wire import ABSENT, OTHER, Line, Plane
@@ -397,10 +397,10 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "op_end_rel_us": own_ns // 1000, "all_end_rel_us": dur_ns // 1000,
         "start_ns": start_ns, "op_end_rel_ns": own_ns, "all_end_rel_ns": dur_ns,
         "thread_id": thread.astype(np.uint32),
-    }).with_columns(zero.alias(c) for c in ingest.NODE_SCHEMA if c not in (
+    }).with_columns(zero.alias(c) for c in schema.NODE_SCHEMA if c not in (
         "step", "exec_idx", "key_id", "all_start_us", "op_end_rel_us", "all_end_rel_us",
         "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
-    )).select(list(ingest.NODE_SCHEMA))
+    )).select(list(schema.NODE_SCHEMA))
     # Threads: each (step, lane, thread) that ran an op, with its line's name.
     steps, step_no = _factorize(step)
     threads_u, thread_no = _factorize(thread)
@@ -416,7 +416,7 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "thread_id": t_thread.astype(np.uint32),
         "name": pl.Series([names.get((ops.lanes[int(a)], int(b))) for a, b in
                            zip(t_lane, t_thread, strict=True)], dtype=pl.String),
-    }, schema=ingest.THREAD_SCHEMA)
+    }, schema=schema.THREAD_SCHEMA)
     mem = extra.memory
     alloc_t = _cat([m[0] for m in mem], np.int64)
     allocations = pl.DataFrame({
@@ -426,6 +426,6 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
                                     dtype=pl.String),
         "alloc_us": alloc_t // 1_000_000,
         "alloc_bytes": _cat([m[2] for m in mem], np.int64),
-    }).cast(ingest.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
+    }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations}

@@ -9,11 +9,9 @@ needs whole (memory events, step markers), is read with protobuf through `event(
 
 from __future__ import annotations
 
-import itertools
+import functools
 import mmap
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,9 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from analyzer.background import Background
 from analyzer.errors import InputFileError
-from analyzer.ingest import _varint
+from analyzer.ingest.wire import field_spans
 from analyzer.proto import xplane_pb2
 
 try:
@@ -103,8 +102,8 @@ class Plane:
 
     def lines(self, wanted: tuple[int, ...], jobs: int = 2,
               keep: set[int] | None = None) -> Iterator[Line]:
-        """Each line's columns, in order. Natively, the next `jobs - 1` lines are decoded
-        in threads meanwhile (the decoder releases the GIL); at most `jobs` lines are in
+        """Each line's columns, in order. Natively, the next `jobs` lines are decoded
+        in threads meanwhile (the decoder releases the GIL); at most `jobs + 1` lines are in
         memory at once. `keep`: the metadata ids of the events the caller reads; natively
         the others are left out of the columns (not decoded at all), else all are."""
         bits = _bitmap(keep)
@@ -112,16 +111,9 @@ class Plane:
             for item in self._lines:
                 yield _columns_of(item, wanted)
             return
-        with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
-            pending: deque[Future] = deque()
-            items = iter(self._lines)
-            for item in itertools.islice(items, max(jobs, 1)):
-                pending.append(pool.submit(self._decode, item, wanted, bits))
-            while pending:
-                line = pending.popleft().result()
-                for item in itertools.islice(items, 1):
-                    pending.append(pool.submit(self._decode, item, wanted, bits))
-                yield line
+        decode = functools.partial(self._decode, wanted=wanted, bits=bits)
+        with Background(jobs, "runlens-xplane") as pool:
+            yield from pool.ahead(decode, self._lines, jobs)
 
     def _decode(self, item: tuple[int, int], wanted: tuple[int, ...],
                 bits: bytes | None) -> Line:
@@ -200,25 +192,4 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
 
 def _plane_spans(buf: Any) -> Iterator[tuple[int, int]]:
     """(start, length) of each XSpace.planes value; DecodeError when malformed."""
-    pos, end = 0, len(buf)
-    try:
-        while pos < end:
-            key, pos = _varint(buf, pos)
-            number, wire = key >> 3, key & 7
-            if wire == 2:
-                size, pos = _varint(buf, pos)
-                if pos + size > end:
-                    raise DecodeError("truncated field")
-                if number == _PLANES:
-                    yield pos, size
-                pos += size
-            elif wire == 0:
-                _, pos = _varint(buf, pos)
-            elif wire in (1, 5):
-                pos += 8 if wire == 1 else 4
-            else:
-                raise DecodeError(f"unsupported wire type {wire}")
-        if pos != end:
-            raise DecodeError("truncated message")
-    except IndexError:
-        raise DecodeError("truncated message") from None
+    return ((start, size) for number, start, size in field_spans(buf) if number == _PLANES)
