@@ -1,5 +1,6 @@
-"""The timeline's JSON rows (analyzer/jsonrows.py): the C renderer (analyzer/_jsonrows.c)
-and the polars fallback give the same bytes, on unit cases and on whole traces."""
+"""The timeline's JSON rows (analyzer/render/jsonrows.py): the C renderer
+(analyzer/render/_jsonrows.c) and the polars fallback give the same bytes, on unit cases
+and on whole traces."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import jsonrows
-from analyzer.jsonfrag import jstr
-from analyzer.jsonrows import Int, Lists, Rows, Text, Texts
 from analyzer.load import load_run
+from analyzer.render import jsonrows
 from analyzer.render.chrome_trace import write_trace
+from analyzer.render.jsonfrag import jstr
+from analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
 from analyzer.timeline import TimelineOptions, build_trace
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
@@ -41,7 +42,7 @@ def _both(rows: Rows, start: int, stop: int, prefix: str = ",", suffix: str = "\
 
 def test_the_renderer_is_built():
     assert jsonrows.native is not None, (
-        "analyzer/_jsonrows.c was not compiled: install gcc and the Python headers, then "
+        "analyzer/render/_jsonrows.c was not compiled: install gcc and the Python headers, then "
         "reinstall (timelines are still written without it, about twice as slowly)")
 
 

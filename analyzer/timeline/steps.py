@@ -1,0 +1,59 @@
+"""Which traced steps a timeline draws: one step, a range A:B, all, or the median-time
+step of the analysed ones (analyzer.stepselect)."""
+
+from __future__ import annotations
+
+from analyzer.errors import RunlensError
+from analyzer.model import Run
+from analyzer.steps import median_step
+from analyzer.stepselect import StepChoice, analysed
+
+
+def parse_step_range(text: str) -> tuple[int | None, int | None]:
+    """'A:B' (inclusive, either end may be left out) -> (A, B)."""
+    lo, sep, hi = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        bounds = (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
+    except ValueError:
+        raise RunlensError(f"--steps {text!r}: expected A:B (global steps, inclusive), "
+                           "e.g. 10:20, 10: or :20") from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise RunlensError(f"--steps {text}: the first step is after the last")
+    return bounds
+
+
+def _short(values: list[int]) -> str:
+    text = ", ".join(map(str, values[:12]))
+    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
+
+
+def select_steps(run: Run, step: int | None = None, step_range: str | None = None,
+                 all_steps: bool = False, default_all: bool = False,
+                 choice: StepChoice | None = None) -> tuple[list[int], str]:
+    """The steps to draw and a note saying how they were chosen.
+
+    At most one of step / step_range / all_steps; none: the median-time step of the steps
+    `choice` keeps (warm-up and outliers left out: analyzer.stepselect), or every step
+    when `default_all`, as for one file per step."""
+    if sum([step is not None, step_range is not None, all_steps]) > 1:
+        raise RunlensError("give only one of --step, --steps and --all-steps")
+    traced = run.steps
+    where = ", ".join(map(str, run.paths)) or "run"
+    if step is not None:
+        if step not in traced:
+            raise RunlensError(f"{where}: step {step} was not traced "
+                               f"(traced steps: {_short(traced)})")
+        return [step], f"step {step}"
+    if step_range is not None:
+        lo, hi = parse_step_range(step_range)
+        chosen = [s for s in traced if (lo is None or s >= lo) and (hi is None or s <= hi)]
+        if not chosen:
+            raise RunlensError(f"{where}: --steps {step_range}: no traced step in that range "
+                               f"(traced steps: {_short(traced)})")
+        return chosen, f"{len(chosen)} steps ({chosen[0]}..{chosen[-1]})"
+    if all_steps or default_all:
+        return traced, f"all {len(traced)} steps"
+    s = median_step(analysed(run, choice))
+    return [s], f"step {s} (median step time)"
