@@ -82,6 +82,19 @@ def _in_range(choice: StepChoice) -> pl.Expr:
     return inside
 
 
+def short_steps(values: list[int]) -> str:
+    """Up to 12 steps, then how many in all: how error messages list traced steps."""
+    text = ", ".join(map(str, values[:12]))
+    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
+
+
+def require_traced(run: Run, step: int, where: str) -> None:
+    """Raise the one error every command gives for a step the run did not trace."""
+    if step not in run.steps:
+        raise RunlensError(f"{where}: step {step} was not traced "
+                           f"(traced steps: {short_steps(run.steps)})")
+
+
 def chosen_steps(run: Run, choice: StepChoice) -> pl.DataFrame:
     """step_flags with `in_range` and `analysed` (what `choice` keeps)."""
     return step_flags(run).with_columns(in_range=_in_range(choice)).with_columns(

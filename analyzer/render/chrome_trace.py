@@ -22,6 +22,7 @@ from typing import IO, cast
 
 from analyzer.errors import RunlensError
 from analyzer.model import Run
+from analyzer.rundir import check_output, check_output_dir
 from analyzer.timeline import TimelineOptions, Trace, build_trace
 
 Progress = Callable[[int, int], None]
@@ -40,27 +41,6 @@ class Written:
     events: int
     json_bytes: int  # uncompressed
     warnings: list[str] = field(default_factory=list)
-
-
-def check_output(path: str | os.PathLike[str]) -> Path:
-    """Raise RunlensError unless `path` can be a new file in an existing directory."""
-    p = Path(path)
-    if p.is_dir():
-        raise RunlensError(f"{p}: is a directory (give a file name, e.g. {p}/trace.json)")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise RunlensError(f"{p}: directory {parent} does not exist")
-    return p
-
-
-def check_output_dir(directory: str | os.PathLike[str]) -> Path:
-    """Raise RunlensError unless `directory` is one or can be made in an existing one."""
-    d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise RunlensError(f"{d}: not a directory")
-    if not d.exists() and not d.parent.is_dir():
-        raise RunlensError(f"{d}: directory {d.parent} does not exist")
-    return d
 
 
 class _Writer:

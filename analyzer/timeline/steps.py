@@ -6,7 +6,7 @@ from __future__ import annotations
 from analyzer.errors import RunlensError
 from analyzer.model import Run
 from analyzer.steps import median_step
-from analyzer.stepselect import StepChoice, analysed
+from analyzer.stepselect import StepChoice, analysed, require_traced, short_steps
 
 
 def parse_step_range(text: str) -> tuple[int | None, int | None]:
@@ -24,11 +24,6 @@ def parse_step_range(text: str) -> tuple[int | None, int | None]:
     return bounds
 
 
-def _short(values: list[int]) -> str:
-    text = ", ".join(map(str, values[:12]))
-    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
-
-
 def select_steps(run: Run, step: int | None = None, step_range: str | None = None,
                  all_steps: bool = False, default_all: bool = False,
                  choice: StepChoice | None = None) -> tuple[list[int], str]:
@@ -42,16 +37,14 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
     traced = run.steps
     where = ", ".join(map(str, run.paths)) or "run"
     if step is not None:
-        if step not in traced:
-            raise RunlensError(f"{where}: step {step} was not traced "
-                               f"(traced steps: {_short(traced)})")
+        require_traced(run, step, where)
         return [step], f"step {step}"
     if step_range is not None:
         lo, hi = parse_step_range(step_range)
         chosen = [s for s in traced if (lo is None or s >= lo) and (hi is None or s <= hi)]
         if not chosen:
             raise RunlensError(f"{where}: --steps {step_range}: no traced step in that range "
-                               f"(traced steps: {_short(traced)})")
+                               f"(traced steps: {short_steps(traced)})")
         return chosen, f"{len(chosen)} steps ({chosen[0]}..{chosen[-1]})"
     if all_steps or default_all:
         return traced, f"all {len(traced)} steps"
