@@ -193,6 +193,8 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
     from analyzer.stepselect import StepChoice
     from analyzer.timeline import TimelineOptions, select_steps
 
+    if sum([step is not None, step_range is not None, all_steps]) > 1:
+        raise RunlensError("give only one of --step, --steps and --all-steps")
     if output is None and per_step_dir is None:
         raise RunlensError("timeline: give -o FILE (a .json or .json.gz) or --per-step-dir DIR")
     if output is not None:

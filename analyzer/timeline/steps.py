@@ -6,22 +6,13 @@ from __future__ import annotations
 from analyzer.errors import RunlensError
 from analyzer.model import Run
 from analyzer.steps import median_step
-from analyzer.stepselect import StepChoice, analysed, require_traced, short_steps
-
-
-def parse_step_range(text: str) -> tuple[int | None, int | None]:
-    """'A:B' (inclusive, either end may be left out) -> (A, B)."""
-    lo, sep, hi = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        bounds = (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
-    except ValueError:
-        raise RunlensError(f"--steps {text!r}: expected A:B (global steps, inclusive), "
-                           "e.g. 10:20, 10: or :20") from None
-    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
-        raise RunlensError(f"--steps {text}: the first step is after the last")
-    return bounds
+from analyzer.stepselect import (
+    StepChoice,
+    analysed,
+    parse_step_range,
+    require_traced,
+    short_steps,
+)
 
 
 def select_steps(run: Run, step: int | None = None, step_range: str | None = None,
@@ -29,11 +20,9 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
                  choice: StepChoice | None = None) -> tuple[list[int], str]:
     """The steps to draw and a note saying how they were chosen.
 
-    At most one of step / step_range / all_steps; none: the median-time step of the steps
-    `choice` keeps (warm-up and outliers left out: analyzer.stepselect), or every step
-    when `default_all`, as for one file per step."""
-    if sum([step is not None, step_range is not None, all_steps]) > 1:
-        raise RunlensError("give only one of --step, --steps and --all-steps")
+    At most one of step / step_range / all_steps (the CLI checks); none: the median-time
+    step of the steps `choice` keeps (warm-up and outliers left out: analyzer.stepselect),
+    or every step when `default_all`, as for one file per step."""
     traced = run.steps
     where = ", ".join(map(str, run.paths)) or "run"
     if step is not None:
