@@ -25,8 +25,8 @@ import polars as pl
 
 from analyzer.graph import edge_pairs, edges, node_ids
 from analyzer.model import Run
-from analyzer.render.jsonfrag import jstr
-from analyzer.render.jsonrows import Int, Rows, Text, Texts
+from analyzer.render import trace_events
+from analyzer.render.jsonrows import Texts
 from analyzer.timeline import events, flows, lanes, memory
 from analyzer.timeline.model import SCHEMA, Part, TimelineOptions, Trace
 
@@ -102,35 +102,23 @@ def _build(run: Run, options: TimelineOptions, pool: ThreadPoolExecutor) -> Trac
         names = Texts(nodes["name_json"])
         parts += flows.flow_parts(pool.submit(
             lambda: flows.flows(ex, *p_pairs.result(), pid[code], tid)), names)
-    sr = placed[1].with_columns(w=pl.int_range(pl.len(), dtype=pl.Int64))
-    parts.append(Part("step", Rows(sr, [
-        '{"ph":"X","cat":"Step","name":"step ', Int("step"), '","pid":', Int("pid"),
-        ',"tid":', Int("tid"), ',"ts":', Int("ts"), ',"dur":', Int("dur"),
-        ',"args":{"step":', Int("step"), ',"worker":',
-        Text("w", Texts(sr.select(jstr(pl.col("worker"))).to_series())),
-        ',"node_stats":', Int("node_stats"), "}}"])))
+    parts.append(Part("step", trace_events.step_rows(placed[1])))
     if options.critical_path:
-        head = Texts(nodes.select(pl.concat_str(
-            pl.lit('{"ph":"X","cat":"CriticalPath","name":'), "op_json", pl.lit(',"pid":'),
-            "pid", pl.lit(',"args":{'), "sargs", pl.lit(',"step":'))).to_series())
         cp = pl.DataFrame({
             "code": code[cp_rows], "step": step[cp_rows], "order": cp_order,
             "wait_ns": cp_wait, "tid": placed[2]["tid"], "ts": ex.ts[cp_rows],
             "dur": ex.dur[cp_rows]})
-        parts.append(Part("critical_path", Rows(cp, [
-            Text("code", head), Int("step"), ',"order":', Int("order"), ',"wait_ns":',
-            Int("wait_ns"), '},"tid":', Int("tid"), ',"ts":', Int("ts"), ',"dur":', Int("dur"),
-            "}"])))
-    withcounters: list[str] = []
+        parts.append(Part("critical_path", trace_events.critical_rows(nodes, cp)))
+    with_counters: list[str] = []
     if counters is not None:
         allocators = procs.filter(pl.col("device").is_null()).select("worker", "pid")
-        pcounters = counters
+        p_counters = counters
         parts.append(memory.counter_part(pool.submit(
-            lambda: (pcounters.result()[0].join(allocators, on="worker"),
-                     pcounters.result()[1]))))
-        withcounters = counters.result()[0].get_column("worker").unique().to_list()
+            lambda: (p_counters.result()[0].join(allocators, on="worker"),
+                     p_counters.result()[1]))))
+        with_counters = counters.result()[0].get_column("worker").unique().to_list()
     # An Allocators process only for workers with counters.
-    procs = procs.filter(pl.col("device").is_not_null() | pl.col("worker").is_in(withcounters))
+    procs = procs.filter(pl.col("device").is_not_null() | pl.col("worker").is_in(with_counters))
     other = {"generator": "runlens", "schema": SCHEMA, "steps": steps,
              "workers": workers, "ts_unit": "us (all_start_micros, as tf.timeline)"}
     return Trace(lanes.metadata(procs, threads), parts, other)

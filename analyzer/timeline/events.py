@@ -14,8 +14,9 @@ import polars as pl
 
 from analyzer.grouping import combine, dense, group_codes, int_codes, representatives, shared_codes
 from analyzer.model import Run
+from analyzer.render import trace_events
 from analyzer.render.jsonfrag import jescape, jlist, jstr
-from analyzer.render.jsonrows import Int, Line, Lists, Rows, Text, Texts
+from analyzer.render.jsonrows import Lists, Texts
 from analyzer.timeline.model import Part
 
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)
@@ -177,18 +178,10 @@ def _exec_keys(x: pl.DataFrame, o: pl.DataFrame) -> tuple[np.ndarray, np.ndarray
 
 
 def op_part(ex: Executions, nodes: pl.DataFrame, tid: np.ndarray, outputs: Lists) -> Part:
-    """The op events: per row, the texts of its node (code) and outputs and its numbers."""
-    head = Texts(nodes.select(pl.concat_str(
-        pl.lit('{"ph":"X","cat":"Op","name":'), "op_json", pl.lit(',"pid":'), "pid",
-        pl.lit(',"tid":'))).to_series())
-    args = Texts(nodes.select(pl.concat_str(
-        pl.lit(',"args":{'), "sargs", pl.lit(',"outputs":'))).to_series())
+    """The op events: per row, its node (code), thread, output bytes, step and times."""
     frame = pl.DataFrame({"code": ex.code, "tid": tid, "bytes": ex.frame["output_bytes"],
                           "step": ex.frame["step"], "ts": ex.ts, "dur": ex.dur})
-    line: Line = [Text("code", head), Int("tid"), Text("code", args),
-                  outputs, ',"bytes":', Int("bytes"), ',"step":', Int("step"),
-                  '},"ts":', Int("ts"), ',"dur":', Int("dur"), "}"]
-    return Part("op", Rows(frame, line))
+    return Part("op", trace_events.op_rows(nodes, frame, outputs))
 
 
 def step_rows(ex: Executions) -> pl.DataFrame:

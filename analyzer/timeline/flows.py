@@ -10,7 +10,8 @@ import numpy as np
 import polars as pl
 
 from analyzer.graph import PATH_LANES, Edges, asof_last, path_rows, path_waits
-from analyzer.render.jsonrows import Int, Line, Rows, Text, Texts
+from analyzer.render import trace_events
+from analyzer.render.jsonrows import Texts
 from analyzer.timeline.events import OP_LANES, Executions, on_lanes
 from analyzer.timeline.model import Part
 
@@ -87,18 +88,10 @@ def flows(ex: Executions, c: np.ndarray, p: np.ndarray, pid: np.ndarray, tid: np
     return f
 
 
-_HALF = Texts(["", ".5"])
-
-
 def flow_parts(flows: Future[pl.DataFrame], names: Texts) -> list[Part]:
-    def part(kind: str, ph: str, end: str) -> Part:
-        line: Line = [f'{{"ph":"{ph}",{end}"cat":"DataFlow","name":', Text("code", names),
-                      ',"id":', Int("id"), ',"pid":', Int(f"{ph}_pid"), ',"tid":',
-                      Int(f"{ph}_tid"), ',"ts":', Int(f"{ph}_ts"), Text(f"{ph}_half", _HALF),
-                      "}"]
-        return Part(kind, flows, lambda f: Rows(f, line))
-
-    return [part("flow_start", "s", ""), part("flow_end", "f", '"bp":"e",')]
+    """The arrows' two ends, from the frame of flows() (still being built)."""
+    return [Part("flow_start", flows, lambda f: trace_events.flow_rows(f, names, "s")),
+            Part("flow_end", flows, lambda f: trace_events.flow_rows(f, names, "f"))]
 
 
 def critical(ex: Executions, nid: np.ndarray, e: Edges

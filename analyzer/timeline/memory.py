@@ -10,8 +10,9 @@ import polars as pl
 
 from analyzer.grouping import group_codes, representatives
 from analyzer.model import Run
+from analyzer.render import trace_events
 from analyzer.render.jsonfrag import jstr
-from analyzer.render.jsonrows import Int, Rows, Text, Texts
+from analyzer.render.jsonrows import Texts
 from analyzer.timeline.model import Part
 
 
@@ -60,10 +61,5 @@ def counters(run: Run, steps: list[int] | None, points: int
 
 
 def counter_part(c: Future[tuple[pl.DataFrame, Texts]]) -> Part:
-    def rows(made: tuple[pl.DataFrame, Texts]) -> Rows:
-        frame, names = made
-        return Rows(frame, ['{"ph":"C","cat":"Memory","name":', Text("name", names),
-                            ',"pid":', Int("pid"), ',"tid":0,"ts":', Int("ts"),
-                            ',"args":{"bytes":', Int("value"), "}}"])
-
-    return Part("counter", c, rows)
+    """The counter events, from counters()' frame (with pid) and names, still being built."""
+    return Part("counter", c, lambda made: trace_events.counter_rows(*made))
