@@ -291,8 +291,9 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
         step = median_step(analysed(run, choice()))
     else:
         require_traced(run, step, run_dir)
-    if fmt == "csv":
-        raise RunlensError("--critical-path supports --format text or json")
+    if fmt not in formats.CRITICAL_PATH:
+        raise RunlensError("--critical-path supports --format "
+                           + " or ".join(formats.CRITICAL_PATH))
     skipped = no_dataflow(run)
     if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
         click.echo(f"analyze: critical path skipped: {skipped}", err=True)
