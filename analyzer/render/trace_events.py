@@ -6,8 +6,25 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.render.jsonfrag import jstr
+from analyzer.render.jsonfrag import jlist, jstr
 from analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
+
+
+def node_json() -> dict[str, pl.Expr]:
+    """The JSON fragments of a node on a thread, from its columns op (what tf.timeline
+    names it), tf_name, scope, inputs and op_type (the graph's): the event's name
+    (op_json), args' name for arrows (name_json) and the static part of args (sargs;
+    graph_op only when it differs from op)."""
+    graph_op = pl.when(pl.col("op") != pl.col("op_type")).then(
+        pl.concat_str(pl.lit(',"graph_op":'), jstr(pl.col("op_type")))).otherwise(pl.lit(""))
+    return {
+        "op_json": jstr(pl.col("op")), "name_json": jstr(pl.col("tf_name")),
+        "sargs": pl.concat_str(
+            pl.lit('"name":'), jstr(pl.col("tf_name")), pl.lit(',"op":'), jstr(pl.col("op")),
+            pl.lit(',"scope":'), jstr(pl.col("scope")), pl.lit(',"inputs":'),
+            jlist(pl.col("inputs")), graph_op,
+        ),
+    }
 
 
 def op_rows(nodes: pl.DataFrame, frame: pl.DataFrame, outputs: Lists) -> Rows:

@@ -15,7 +15,7 @@ import polars as pl
 from analyzer.grouping import combine, dense, group_codes, int_codes, representatives, shared_codes
 from analyzer.model import Run
 from analyzer.render import trace_events
-from analyzer.render.jsonfrag import jescape, jlist, jstr
+from analyzer.render.jsonfrag import jescape
 from analyzer.render.jsonrows import Lists, Texts
 from analyzer.timeline.model import Part
 
@@ -27,7 +27,8 @@ _KERNEL_LABEL = r"^[^#]*?@@([^#]+)#"  # tf.timeline's _parse_kernel_label
 
 def _labels(n: pl.LazyFrame) -> pl.LazyFrame:
     """Per distinct (stat_name, label, lane type, op_type): what tf.timeline shows (event
-    name = op, args.name, inputs) and the static part of our args, as JSON fragments.
+    name = op, args.name, inputs) and the static part of our args, as JSON fragments
+    (trace_events.node_json).
     (One lazy query: a few hundred rows, where polars' cost is per query.)"""
     u = n.select("stat_name", "timeline_label", "gpu", "op_type").unique()
     kernel = pl.coalesce(pl.col("timeline_label").str.extract(_KERNEL_LABEL, 1),
@@ -47,17 +48,7 @@ def _labels(n: pl.LazyFrame) -> pl.LazyFrame:
         .then("op_type").otherwise("tf_op"),
         scope=pl.col("tf_name").str.extract(r"^(.*)/[^/]*$", 1).fill_null(""),
     )
-    graph_op = pl.when(pl.col("op") != pl.col("op_type")).then(
-        pl.concat_str(pl.lit(',"graph_op":'), jstr(pl.col("op_type")))).otherwise(pl.lit(""))
-    return u.select(
-        "stat_name", "timeline_label", "gpu", "op_type",
-        op_json=jstr(pl.col("op")), name_json=jstr(pl.col("tf_name")),
-        sargs=pl.concat_str(
-            pl.lit('"name":'), jstr(pl.col("tf_name")), pl.lit(',"op":'), jstr(pl.col("op")),
-            pl.lit(',"scope":'), jstr(pl.col("scope")), pl.lit(',"inputs":'),
-            jlist(pl.col("inputs")), graph_op,
-        ),
-    )
+    return u.select("stat_name", "timeline_label", "gpu", "op_type", **trace_events.node_json())
 
 
 # Nodes repeat every step: what is the same for every execution of a node on a thread
