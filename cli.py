@@ -1,7 +1,8 @@
 """`analyze`: the runlens command line. Parses options and maps errors to exit codes.
 
 No analysis happens here, and the engine is imported inside each command so that
-`analyze --help` starts without loading polars or protobuf.
+`analyze --help` starts without loading polars or protobuf. The parts the commands share
+(error mapping, loading, the views' flags) are in cli_options.py.
 
 Exit codes: 0 fine; 1 the check failed (findings at or above --fail-on, or a regression);
 2 bad usage or unreadable input (one line on stderr, no traceback); 3 internal error.
@@ -9,181 +10,31 @@ Exit codes: 0 fine; 1 the check failed (findings at or above --fail-on, or a reg
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
+from analyzer.render import formats
+from cli_options import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    Progress,
+    choice,
+    emit,
+    handle_errors,
+    load,
+    no_cache_option,
+    note_left_out,
+    run_dir_argument,
+    source_option,
+    step_options,
+    view_options,
+)
 
-# numpy's OpenBLAS starts a thread per core that spins for a while at import: 0.1 CPU-s
-# taken from ingest on a small machine, for linear algebra runlens never does.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"analyze: {message}", err=True)
-    sys.exit(code)
-
-
-def _one_line(text: str) -> str:
-    """A message on one line: its lines joined (a file name may hold a newline)."""
-    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn engine errors into one line on stderr and an exit code; never a traceback
-    (unless RUNLENS_DEBUG is set). Errors of native libraries that derive from
-    BaseException (polars' PanicException) are internal errors too."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from analyzer.errors import RunlensError
-
-        try:
-            return fn(*args, **kwargs)
-        except RunlensError as e:
-            _fail(f"error: {_one_line(str(e))}", EXIT_BAD_INPUT)
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
-        except BrokenPipeError:
-            sys.stderr.close()  # `analyze ... | head`: the reader left, nothing to report
-            sys.exit(0)
-        except (SystemExit, GeneratorExit):
-            raise
-        except BaseException as e:  # noqa: BLE001 - see the docstring
-            if os.environ.get("RUNLENS_DEBUG"):
-                raise
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            _fail(
-                f"internal error: {type(e).__name__}: {first} "
-                "(set RUNLENS_DEBUG=1 to see the traceback, and please report it)",
-                EXIT_INTERNAL,
-            )
-
-    return wrapper
-
-
-class _Progress:
-    """Progress of long work on stderr, only when stderr is a terminal and the work is
-    big enough (`minimum` units) to be worth a line."""
-
-    def __init__(self, what: str = "ingesting step files", minimum: int = 20) -> None:
-        self.what = what
-        self.minimum = minimum
-        self.enabled = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.enabled and total >= self.minimum:
-            self.shown = True
-            click.echo(f"\r{self.what} {done}/{total} ({100 * done // total}%)", err=True,
-                       nl=False)
-
-    def close(self) -> None:
-        if self.shown:
-            click.echo("\r\033[K", err=True, nl=False)
-
-
-def load(run_dir: str, no_cache: bool) -> Any:
-    from analyzer.load import load_run
-
-    ctx = click.get_current_context(silent=True)
-    source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
-    progress = _Progress()
-
-    def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
-        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
-
-    try:
-        run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source,
-                       chosen=_selection(ctx), on_warning=warn_late)
-    finally:
-        progress.close()
-    for warning in run.warnings:
-        click.echo(f"analyze: warning: {_one_line(warning)}", err=True)
-    return run
-
-
-# readable=False: the engine says what cannot be read, in one line (click: 4 lines).
-run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
-                                  type=click.Path(readable=False))
-
-
-def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    ctx.meta["runlens.workers"] = value
-
-
-def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--no-cache, and --workers (which load() reads from the context)."""
-    fn = click.option("--workers", is_flag=True, expose_value=False, callback=_remember_workers,
-                      help="Merge the run dirs in RUN_DIR as workers of one run even when "
-                           "they are not one job (different graphs).")(fn)
-    return click.option("--no-cache", is_flag=True,
-                        help="Ingest step files again instead of reading the cache.")(fn)
-
-
-def _selection(ctx: click.Context | None) -> Any:
-    """What the user picked among what PATH holds (flags that load() reads from the context)."""
-    from analyzer.sources import Selection
-
-    if ctx is None:
-        return Selection()
-    return Selection(workers=bool(ctx.meta.get("runlens.workers", False)),
-                     profile_run=ctx.meta.get(_PROFILE_RUN_KEY))
-
-
-_SOURCE_KEY = "runlens.source"
-_PROFILE_RUN_KEY = "runlens.profile_run"
-# Options for every command that reads a PATH; `load` takes them from the context.
-_source = click.option(
-    "--source", metavar="KIND", default=None, expose_value=False,
-    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
-    help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
-         "tfprof, xplane, ...; docs/sources.md) instead of detecting it.")
-_profile_run = click.option(
-    "--profile-run", metavar="NAME", default=None, expose_value=False,
-    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PROFILE_RUN_KEY, value),
-    help="PATH is a TensorBoard logdir: read its profile run NAME "
-         "(plugins/profile/NAME/) instead of the newest (docs/xplane.md).")
-
-
-def source_option(f: Any) -> Any:
-    return _source(_profile_run(f))
-
-
-_STEPS_KEY = "runlens.steps"
-
-
-def _remember_steps(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-    ctx.meta.setdefault(_STEPS_KEY, {})[param.name] = value
-
-
-def step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--steps A:B and --include-warmup, which _choice() reads from the context: the steps
-    averages, checks and statistics cover (analyzer.stepselect)."""
-    fn = click.option("--include-warmup", is_flag=True, expose_value=False,
-                      callback=_remember_steps,
-                      help="Keep warm-up and outlier steps (left out of averages, checks "
-                           "and comparisons by default; rule: docs/ci.md).")(fn)
-    return click.option("--steps", "steps", metavar="A:B", default=None, expose_value=False,
-                        callback=_remember_steps,
-                        help="Analyse only the traced steps from A to B, inclusive (A: or "
-                             ":B leave an end open).")(fn)
-
-
-def _choice() -> Any:
-    """The StepChoice of --steps and --include-warmup."""
-    from analyzer.stepselect import StepChoice
-
-    ctx = click.get_current_context(silent=True)
-    given = ctx.meta.get(_STEPS_KEY, {}) if ctx is not None else {}
-    return StepChoice.parse(given.get("steps"), bool(given.get("include_warmup")))
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERNAL", "handle_errors", "main"]
 
 
 def _version() -> str:
@@ -218,7 +69,7 @@ def main() -> None:
 
 @main.command()
 @run_dir_argument
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+@click.option("--format", "fmt", type=click.Choice(list(formats.SUMMARY)), default="text",
               show_default=True, help="Output format.")
 @step_options
 @no_cache_option
@@ -229,23 +80,18 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
     The statistics leave out warm-up and outlier steps (named, with why) unless
     --include-warmup."""
+    from analyzer.render.summary import RENDERERS
     from analyzer.steps import summary as make_summary
 
-    choice = _choice()
+    steps = choice()
     run = load(run_dir, no_cache)
-    data = {**make_summary(run, choice), "lacks": run.lacks}
-    if fmt == "json":
-        click.echo(json.dumps({"schema": 1, "summary": data}, indent=1))
-    else:
-        from analyzer.render.summary import summary_text
-
-        click.echo(summary_text(data), nl=False)
+    click.echo(RENDERERS[fmt](make_summary(run, steps)), nl=False)
 
 
 @main.command()
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(readable=False),
                 required=False)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+@click.option("--format", "fmt", type=click.Choice(list(formats.FINDINGS)), default="text",
               show_default=True, help="Output format.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
               help="Exit 1 when a finding is at or above this severity (default: never).")
@@ -277,7 +123,6 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     """
     import checkers
     from analyzer.render.findings import RENDERERS, checker_list
-    from analyzer.steps import step_times
 
     if list_checkers:
         click.echo(checker_list(checkers.all_checkers(), fmt), nl=False)
@@ -285,22 +130,11 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     if not run_dir:
         raise click.UsageError("RUN_DIR is required (or use --list)")
     split = lambda items: [x for item in items for x in item.split(",") if x.strip()]  # noqa: E731
-    from analyzer.stepselect import analysed, left_out
-
-    choice = _choice()
+    chosen, ignored = split(select + checkers_opt) or None, split(ignore)
+    steps = choice()
     run = load(run_dir, no_cache)
-    findings = checkers.run_checks(run, select=split(select + checkers_opt) or None,
-                                   ignore=split(ignore), steps=choice)
-    times = step_times(analysed(run, choice))["duration_ns"]
-    meta: dict[str, Any] = {"run": run_dir, "steps": len(run.steps),
-                            "median_step_us": checkers.base.num(times.median()) / 1000}
-    dropped = left_out(run, choice)
-    if dropped:  # said once: which steps the checks left out, and why
-        meta["left_out"] = dropped
-    skipped = checkers.skipped_checks(run, select=split(select + checkers_opt) or None,
-                                      ignore=split(ignore))
-    if run.lacks:  # what the input format does not hold, and the checkers that needed it
-        meta.update(lacks=run.lacks, skipped=skipped)
+    findings = checkers.run_checks(run, select=chosen, ignore=ignored, steps=steps)
+    meta = checkers.header(run, run_dir, steps, select=chosen, ignore=ignored)
     click.echo(RENDERERS[fmt](findings, meta), nl=False)
     if fail_on is not None:
         bar = checkers.Severity.parse(fail_on)
@@ -354,15 +188,13 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
     """
     from analyzer.errors import RunlensError
     from analyzer.graph import no_dataflow
-    from analyzer.render.chrome_trace import (
-        check_output,
-        check_output_dir,
-        export,
-        export_per_step,
-    )
+    from analyzer.render.chrome_trace import export, export_per_step
+    from analyzer.rundir import check_output, check_output_dir
     from analyzer.stepselect import StepChoice
     from analyzer.timeline import TimelineOptions, select_steps
 
+    if sum([step is not None, step_range is not None, all_steps]) > 1:
+        raise RunlensError("give only one of --step, --steps and --all-steps")
     if output is None and per_step_dir is None:
         raise RunlensError("timeline: give -o FILE (a .json or .json.gz) or --per-step-dir DIR")
     if output is not None:
@@ -379,7 +211,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
         critical_path = False
     options = TimelineOptions(tuple(steps), dataflow=dataflow, memory=memory,
                               critical_path=critical_path)
-    progress = _Progress("writing trace events", minimum=200_000)
+    progress = Progress("writing trace events", minimum=200_000)
     written = []
     try:
         if output is not None:
@@ -399,94 +231,21 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
             click.echo(f"analyze: warning: {warning}", err=True)
 
 
-def _view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """tfprof's options as flags (tfprof's options.md; docs/views.md)."""
-    ints = [
-        ("--max-depth", 100, "Show nodes at most this deep (1: the top level only)."),
-        ("--min-bytes", 0, "Hide nodes that request fewer bytes."),
-        ("--min-peak-bytes", 0, "Hide nodes with a lower peak."),
-        ("--min-residual-bytes", 0, "Hide nodes with fewer bytes still allocated at the end."),
-        ("--min-output-bytes", 0, "Hide nodes with fewer output bytes."),
-        ("--min-micros", 0, "Hide nodes that take less time (CPU + accelerator, us)."),
-        ("--min-accelerator-micros", 0, "Hide nodes with less accelerator time (us)."),
-        ("--min-cpu-micros", 0, "Hide nodes with less CPU time (us)."),
-        ("--min-params", 0, "Hide nodes with fewer parameters."),
-        ("--min-float-ops", 0, "Hide nodes with fewer float operations."),
-        ("--min-occurrence", 0, "Hide nodes that run fewer times (op view: fewer nodes)."),
-    ]
-    regexes = [
-        ("--account-type-regexes", ".*", "Count only nodes with an op type (or op_log type, "
-         "or device) matching one of these."),
-        ("--start-name-regexes", ".*", "Start the display at nodes matching these."),
-        ("--trim-name-regexes", None, "Show nothing below nodes matching these."),
-        ("--show-name-regexes", ".*", "Display only nodes matching these."),
-        ("--hide-name-regexes", None, "Do not display nodes matching these."),
-    ]
-    for flag, pattern, text in reversed(regexes):
-        fn = click.option(flag, multiple=True, default=[pattern] if pattern else [],
-                          show_default=bool(pattern), metavar="REGEX",
-                          help=text + " Full match; repeat the flag for several.")(fn)
-    for flag, number, text in reversed(ints):
-        fn = click.option(flag, type=int, default=number, show_default=True, help=text)(fn)
-    fn = click.option("--account-displayed-op-only/--account-all", default=False,
-                      help="Totals count only the displayed nodes (default: every "
-                           "accounted node).")(fn)
-    fn = click.option("--select", default="micros,bytes,occurrence", show_default=True,
-                      help="Columns of the text output: micros, accelerator_micros, "
-                           "cpu_micros, bytes, peak_bytes, residual_bytes, output_bytes, "
-                           "params, float_ops, occurrence.")(fn)
-    fn = click.option("--order-by", default="micros", show_default=True,
-                      type=click.Choice(["name", "bytes", "peak_bytes", "residual_bytes",
-                                         "output_bytes", "micros", "accelerator_micros",
-                                         "cpu_micros", "params", "float_ops", "occurrence"]),
-                      help="Sort rows (siblings in trees) by this, largest first.")(fn)
-    fn = click.option("--step", type=int, default=-1, show_default=True,
-                      help="Global step to show; -1 averages over the traced steps (but "
-                           "warm-up and outliers, unless --include-warmup).")(fn)
-    fn = click.option("--format", "fmt", type=click.Choice(["text", "json", "csv", "speedscope",
-                                                           "pprof"]),
-                      default="text", show_default=True,
-                      help="Output format; speedscope and pprof (gzipped profile.proto, to "
-                           "redirect to a file) are flame graphs of the code and scopes "
-                           "views.")(fn)
-    # Our defaults that differ from tfprof on purpose (docs/views.md).
-    fn = click.option("--op-types", type=click.Choice(["kernel", "graph"]), default="kernel",
-                      show_default=True, help="Group and account nodes by the kernel that "
-                      "ran (fused kernels such as _FusedConv2D) or by the graph's op type "
-                      "(tfprof).")(fn)
-    fn = click.option("--zero-rows", is_flag=True,
-                      help="Also show rows whose numbers are all zero.")(fn)
-    fn = click.option("--depth-from-root", is_flag=True, help="Count --max-depth from "
-                      "tfprof's hidden root (depth 1), as tfprof does.")(fn)
-    fn = click.option("--library-frames", is_flag=True, help="Code view: also show frames "
-                      "of TensorFlow, Keras, absl and the standard library.")(fn)
-    fn = click.option("--tfprof", "tfprof_rows", is_flag=True, help="All four of the "
-                      "above as tfprof does them, and --include-warmup: reproduces "
-                      "tfprof's rows.")(fn)
-    return step_options(fn)
-
-
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
-    from analyzer.errors import RunlensError
     from analyzer.render.units import lacks_by_reason
     from analyzer.render.views import RENDERERS
+    from analyzer.stepselect import require_traced
     from analyzer.views import VIEW_NEEDS, VIEWS, ViewOptions
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
         kw[key] = tuple(kw[key])
-    choice = _choice()
-    kw.update(first_step=choice.first, last_step=choice.last)
-    if kw.pop("tfprof_rows"):
-        for ours in ("op_types", "zero_rows", "depth_from_root", "library_frames"):
-            del kw[ours]
-        options = ViewOptions.tfprof(**kw)
-    else:
-        options = ViewOptions(include_warmup=choice.include_warmup, **kw)
+    steps = choice()
+    options = ViewOptions.from_flags(kw.pop("tfprof_rows"), include_warmup=steps.include_warmup,
+                                     first_step=steps.first, last_step=steps.last, **kw)
     run = load(run_dir, no_cache)
-    if options.step >= 0 and options.step not in run.steps:
-        raise RunlensError(f"{run_dir}: step {options.step} was not traced "
-                           f"(traced steps: {_short_list(run.steps)})")
+    if options.step >= 0:
+        require_traced(run, options.step, run_dir)
     for why, what in lacks_by_reason(run.lacks).items():
         click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
     missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
@@ -496,33 +255,14 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         return
     text = RENDERERS[fmt](VIEWS[kind](run, options))
     if options.step < 0:  # after the view: a bad option stays a one-line error
-        _note_left_out(run, options)
+        note_left_out(run, options)
     click.echo(text, nl=False)
-
-
-def _note_left_out(run: Any, options: Any) -> None:
-    """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
-    from analyzer.stepselect import StepChoice, left_out
-
-    dropped = left_out(run, StepChoice(options.include_warmup, options.first_step,
-                                       options.last_step))
-    if dropped:
-        steps = ", ".join(f"{d['step']} ({d['why']})" for d in dropped[:8])
-        more = f", ... ({len(dropped)} in all)" if len(dropped) > 8 else ""
-        hint = ("; --include-warmup keeps them"
-                if any(d["why"] != "outside --steps" for d in dropped) else "")
-        click.echo(f"analyze: note: averages leave out step(s) {steps}{more}{hint}", err=True)
-
-
-def _short_list(values: list[int]) -> str:
-    text = ", ".join(map(str, values[:12]))
-    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
 
 
 def _view_command(kind: str, doc: str) -> None:
     @main.command(name=kind, help=doc)
     @run_dir_argument
-    @_view_options
+    @view_options
     @no_cache_option
     @source_option
     @handle_errors
@@ -544,16 +284,16 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
     from analyzer.graph import critical_path, no_dataflow
     from analyzer.render.critical_path import RENDERERS
     from analyzer.steps import median_step
-    from analyzer.stepselect import analysed
+    from analyzer.stepselect import analysed, require_traced
 
     run = load(run_dir, no_cache)
     if step < 0:
-        step = median_step(analysed(run, _choice()))
-    elif step not in run.steps:
-        raise RunlensError(f"{run_dir}: step {step} was not traced "
-                           f"(traced steps: {_short_list(run.steps)})")
-    if fmt == "csv":
-        raise RunlensError("--critical-path supports --format text or json")
+        step = median_step(analysed(run, choice()))
+    else:
+        require_traced(run, step, run_dir)
+    if fmt not in formats.CRITICAL_PATH:
+        raise RunlensError("--critical-path supports --format "
+                           + " or ".join(formats.CRITICAL_PATH))
     skipped = no_dataflow(run)
     if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
         click.echo(f"analyze: critical path skipped: {skipped}", err=True)
@@ -590,21 +330,6 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
     return samples_from_run(run, path, scope_depth=scope_depth)
 
 
-def _emit(text: str, output: str | None) -> None:
-    """Print, or write atomically to --output."""
-    if output is None:
-        click.echo(text, nl=False)
-        return
-
-    from analyzer.errors import RunlensError
-    from analyzer.rundir import atomic_write
-
-    target = Path(output)
-    if not target.parent.is_dir():
-        raise RunlensError(f"{output}: directory {target.parent} does not exist")
-    atomic_write(target, text.encode())
-
-
 @main.command()
 @click.argument("base", metavar="BASE", type=click.Path(readable=False))
 @click.argument("new", metavar="NEW", type=click.Path(readable=False))
@@ -629,8 +354,7 @@ def _emit(text: str, output: str | None) -> None:
 @click.option("--no-normalize", is_flag=True,
               help="Do not divide out the machine-wide factor, and let the wall step "
                    "time fail the build too (use on dedicated machines).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "junit",
-                                                   "html"]),
+@click.option("--format", "fmt", type=click.Choice(list(formats.COMPARE)),
               default="text", show_default=True,
               help="Report format; html: one self-contained page (use -o).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -667,12 +391,12 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
                          keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
-    if fmt == "html":
+    if fmt == formats.COMPARE_PAGE:
         from analyzer.report import compare_page
 
-        _emit(compare_page(result, base_samples, new_samples), output)
+        emit(compare_page(result, base_samples, new_samples), output)
     else:
-        _emit(RENDERERS[fmt](result), output)
+        emit(RENDERERS[fmt](result), output)
     if result.regressions.height:
         sys.exit(EXIT_FAILED)
 
@@ -701,8 +425,8 @@ def report(path: str, output: str, no_cache: bool) -> None:
     from analyzer.report import run_page
 
     run = load(path, no_cache)
-    choice = _choice()
-    _emit(run_page(run, checkers.run_checks(run, steps=choice), path, choice), output)
+    steps = choice()
+    emit(run_page(run, checkers.run_checks(run, steps=steps), path, steps), output)
     click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
 
 
@@ -732,12 +456,10 @@ def baseline_save(run_dir: str, output: str, scope_depth: int, step_range: str |
     """
 
     from analyzer.compare import samples_from_run, save_baseline
-    from analyzer.errors import RunlensError
+    from analyzer.rundir import check_output
     from analyzer.stepselect import StepChoice, analysed
 
-    target = Path(output)
-    if not target.parent.is_dir():
-        raise RunlensError(f"{output}: directory {target.parent} does not exist")
+    target = check_output(output)
     run = analysed(load(run_dir, no_cache), StepChoice.parse(step_range, include_warmup=True))
     samples = samples_from_run(run, run_dir, scope_depth=scope_depth)
     save_baseline(samples, target)

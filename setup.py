@@ -31,7 +31,7 @@ setup(
         ),
         Extension(
             "analyzer._jsonrows",
-            sources=["analyzer/_jsonrows.c"],
+            sources=["analyzer/render/_jsonrows.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),

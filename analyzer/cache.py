@@ -91,12 +91,12 @@ def code_digest() -> str:
 
 
 def code_files() -> list[Path]:
-    """The files whose code decides what the cache holds: analyzer/'s modules, its
-    sources/ and ingest/ packages, its C modules (rendering and reports are not cached)."""
+    """The files whose code could decide what the cache holds: every module of analyzer/
+    and its packages (a new package is covered without a change here), its C sources and
+    built modules."""
     package = Path(__file__).parent
-    return sorted([*package.glob("*.py"), *package.glob("sources/*.py"),
-                   *package.glob("ingest/*.py"), *package.glob("*.c"),
-                   *package.glob("_*.so")])
+    return sorted(p for pattern in ("*.py", "*.c", "_*.so") for p in package.rglob(pattern)
+                  if "__pycache__" not in p.parts)
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,

@@ -15,6 +15,7 @@ import networkx as nx
 import numpy as np
 import polars as pl
 
+from analyzer.grouping import combine, shared_codes
 from analyzer.model import Run, kernel_label_expr
 
 
@@ -132,8 +133,11 @@ class CriticalPath:
         return self.length_ns / self.step_ns if self.step_ns else 0.0
 
 
+PATH_LANES = ["device", "other", "stream_all"]  # lane kinds whose executions a path follows
+
+
 def _executions(run: Run, steps: list[int] | None, worker: str | None) -> pl.DataFrame:
-    keep = pl.col("lane_kind").is_in(["device", "other", "stream_all"])
+    keep = pl.col("lane_kind").is_in(PATH_LANES)
     if steps is not None:
         keep &= pl.col("step").is_in(steps)
     if worker is not None:
@@ -150,22 +154,41 @@ def _span(frame: pl.DataFrame) -> int:
     return int(frame.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item())
 
 
-def number_nodes(x: pl.DataFrame, e: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Integer node ids, in (worker, name) order, so that joins key on integers: `x`
-    (with worker, node_name) gains `nid` (rows in their order); edges (worker, src, dst)
-    between nodes of x become (src_nid, dst_nid), self-loops left out."""
+def node_ids(x: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
+    """Integer node ids, in (worker, node_name) order, so that the walks key on integers:
+    the id of each row of `x` (with worker, node_name), and the ids (worker, node_name,
+    nid) for edge_pairs."""
     ids = (x.select("worker", "node_name").unique().sort("worker", "node_name")
            .with_row_index("nid"))
-    return x.join(ids, on=["worker", "node_name"], maintain_order="left"), edge_ids(ids, e)
+    nid = x.select("worker", "node_name").join(
+        ids, on=["worker", "node_name"], how="left", maintain_order="left")["nid"]
+    return nid.cast(pl.Int64).to_numpy(), ids
 
 
-def edge_ids(ids: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
-    """Edges (worker, src, dst) as (src_nid, dst_nid) between the nodes of `ids` (worker,
-    node_name, nid), self-loops left out."""
-    src = ids.select("worker", src="node_name", src_nid="nid")
-    dst = ids.select("worker", dst="node_name", dst_nid="nid")
-    return (e.join(src, on=["worker", "src"]).join(dst, on=["worker", "dst"])
-            .filter(pl.col("src_nid") != pl.col("dst_nid")).select("src_nid", "dst_nid"))
+Edges = tuple[np.ndarray, np.ndarray]  # (src, dst) node ids, each pair once
+
+
+def edge_pairs(ids: pl.DataFrame, e: pl.DataFrame) -> tuple[Edges, Edges]:
+    """The data edges and all edges (data and control) of `e` (edges()) between the nodes
+    of `ids` (node_ids), self-loops left out. Names are matched by their categorical codes
+    (two polars joins cost more on frames this small)."""
+    n, m = ids.height, e.height
+    worker = shared_codes(ids.get_column("worker"), e.get_column("worker"))
+    name = shared_codes(ids.get_column("node_name"), e.get_column("src"), e.get_column("dst"))
+    key, k = combine([np.concatenate([worker, worker[n:]]), name])
+    nid = np.full(k, -1, np.int64)
+    nid[key[:n]] = ids.get_column("nid").cast(pl.Int64).to_numpy()
+    src, dst = nid[key[n:n + m]], nid[key[n + m:]]
+    ok = (src >= 0) & (dst >= 0) & (src != dst)
+    src, dst = src[ok], dst[ok]
+    data = ~e.get_column("control").to_numpy()[ok]
+    size = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+
+    def once(keep: np.ndarray | None) -> Edges:
+        pair = np.unique(src * size + dst if keep is None else (src * size + dst)[keep])
+        return pair // size, pair % size
+
+    return once(data), once(None)
 
 
 def asof_last(key: np.ndarray, time: np.ndarray, q_key: np.ndarray, q_time: np.ndarray
@@ -384,20 +407,23 @@ class _Links:
 def _path_executions(run: Run, x: pl.DataFrame) -> pl.DataFrame:
     """The rows of `x` (executions of any steps and workers) on the critical path of their
     (worker, step), in path order, with `wait_ns`. See critical_path for the rule."""
-    x, e = number_nodes(x, edges(run).select("worker", "src", "dst").unique())
+    nid, ids = node_ids(x)
+    _, every = edge_pairs(ids, edges(run))
     group = x.select(pl.struct("worker", "step").rank("dense").cast(pl.Int64) - 1)
-    rows, order = path_rows(
-        group.to_series().to_numpy(), x["nid"].cast(pl.Int64).to_numpy(),
-        x["start_ns"].to_numpy(), x["end_ns"].to_numpy(),
-        e["src_nid"].cast(pl.Int64).to_numpy(), e["dst_nid"].cast(pl.Int64).to_numpy())
-    path = x.drop("nid")[rows]
-    start, end = path["start_ns"].to_numpy(), path["end_ns"].to_numpy()
-    # Time between the predecessor's end and this op's start: a wait the dataflow alone
-    # does not explain (a busy thread, a loop frame, a queue).
+    start, end = x["start_ns"].to_numpy(), x["end_ns"].to_numpy()
+    rows, order = path_rows(group.to_series().to_numpy(), nid, start, end, *every)
+    return x[rows].with_columns(wait_ns=pl.Series(path_waits(start, end, rows, order)))
+
+
+def path_waits(start: np.ndarray, end: np.ndarray, rows: np.ndarray, order: np.ndarray
+               ) -> np.ndarray:
+    """Per row of path_rows' paths: the time between its predecessor's end and its start,
+    a wait the dataflow alone does not explain (a busy thread, a loop frame, a queue); 0
+    for the first op of a path."""
     wait = np.zeros(rows.size, np.int64)
-    wait[1:] = start[1:] - end[:-1]
+    wait[1:] = start[rows[1:]] - end[rows[:-1]]
     wait[order == 0] = 0
-    return path.with_columns(wait_ns=pl.Series(wait))
+    return wait
 
 
 def critical_paths(run: Run, steps: list[int] | None = None) -> pl.DataFrame:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import RunDirError
+from analyzer.errors import RunDirError, RunlensError
 from analyzer.samejob import check_one_job
 
 FORMAT_NAME = "runlens-run"
@@ -333,3 +333,24 @@ def _worker_name(path: Path, default: str | None) -> str:
     if isinstance(task, dict) and "type" in task:
         return f"{task['type']}:{task.get('index', 0)}"
     return default if default is not None else "worker:0"
+
+
+def check_output(path: str | os.PathLike[str]) -> Path:
+    """Raise RunlensError unless `path` can be a new file in an existing directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise RunlensError(f"{p}: is a directory (give a file name, e.g. {p}/trace.json)")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise RunlensError(f"{p}: directory {parent} does not exist")
+    return p
+
+
+def check_output_dir(directory: str | os.PathLike[str]) -> Path:
+    """Raise RunlensError unless `directory` is one or can be made in an existing one."""
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise RunlensError(f"{d}: not a directory")
+    if not d.exists() and not d.parent.is_dir():
+        raise RunlensError(f"{d}: directory {d.parent} does not exist")
+    return d

@@ -35,7 +35,8 @@ def median_step(run: Run) -> int:
 def summary(run: Run, choice: Any = None) -> dict:
     """What `analyze summary` prints: shape of the run and step-time statistics over the
     steps `choice` keeps (analyzer.stepselect.StepChoice; default: warm-up and outlier
-    steps left out), the steps left out and why, and every step's time."""
+    steps left out), the steps left out and why, every step's time, and what the input
+    lacks."""
     from analyzer.stepselect import StepChoice, chosen_steps, left_out
 
     choice = choice or StepChoice()
@@ -75,4 +76,5 @@ def summary(run: Run, choice: Any = None) -> dict:
             "node_stats", "analysed",
         ).to_dicts(),
         "warnings": run.warnings,
+        "lacks": run.lacks,
     }

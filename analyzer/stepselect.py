@@ -44,15 +44,7 @@ class StepChoice:
         """From `--steps A:B` (A: or :B leave an end open) and `--include-warmup`."""
         if not steps:
             return cls(include_warmup)
-        a, sep, b = steps.partition(":")
-        try:
-            first = int(a) if a.strip() else None
-            last = int(b) if b.strip() else None
-        except ValueError:
-            first = last = -1
-        if not sep or first == -1 or (first is not None and last is not None and first > last):
-            raise RunlensError(f"--steps {steps!r}: expected A:B, A: or :B with A <= B "
-                               "(global steps)")
+        first, last = parse_step_range(steps)
         return cls(include_warmup, first, last)
 
     @property
@@ -80,6 +72,34 @@ def _in_range(choice: StepChoice) -> pl.Expr:
     if choice.last is not None:
         inside = inside & (pl.col("step") <= choice.last)
     return inside
+
+
+def parse_step_range(text: str) -> tuple[int | None, int | None]:
+    """'A:B' (inclusive, either end may be left out) -> (A, B)."""
+    lo, sep, hi = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        bounds = (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
+    except ValueError:
+        raise RunlensError(f"--steps {text!r}: expected A:B (global steps, inclusive), "
+                           "e.g. 10:20, 10: or :20") from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise RunlensError(f"--steps {text}: the first step is after the last")
+    return bounds
+
+
+def short_steps(values: list[int]) -> str:
+    """Up to 12 steps, then how many in all: how error messages list traced steps."""
+    text = ", ".join(map(str, values[:12]))
+    return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
+
+
+def require_traced(run: Run, step: int, where: str) -> None:
+    """Raise the one error every command gives for a step the run did not trace."""
+    if step not in run.steps:
+        raise RunlensError(f"{where}: step {step} was not traced "
+                           f"(traced steps: {short_steps(run.steps)})")
 
 
 def chosen_steps(run: Run, choice: StepChoice) -> pl.DataFrame:

@@ -1,14 +1,16 @@
 """The views' options: tfprof's (options.md) with its defaults, and the four of ours
 whose defaults differ from tfprof on purpose (docs/views.md). One place for the option
-names, their checks and `ViewOptions.tfprof()`, which reproduces tfprof's rows."""
+names, their checks, their command-line flags (FLAGS: the CLI generates its options from
+it) and `ViewOptions.tfprof()`, which reproduces tfprof's rows.
+
+Imports nothing heavy (polars only to check a regex): cli.py reads FLAGS to build
+`analyze --help`."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields, replace
 from typing import Any
-
-import polars as pl
 
 from analyzer.errors import RunlensError
 
@@ -88,6 +90,15 @@ class ViewOptions:
         return cls(**{"op_types": "graph", "zero_rows": True, "depth_from_root": True,
                       "library_frames": True, "include_warmup": True, **options})
 
+    @classmethod
+    def from_flags(cls, tfprof: bool, **options: Any) -> ViewOptions:
+        """The options of the command line's FLAGS (plus the steps): with `tfprof`, our
+        four are left to ViewOptions.tfprof."""
+        if tfprof:
+            return cls.tfprof(**{k: v for k, v in options.items()
+                                 if k not in OURS and k != "include_warmup"})
+        return cls(**options)
+
     def __post_init__(self) -> None:
         if self.op_types not in OP_TYPES:
             raise ViewOptionError(
@@ -115,12 +126,76 @@ class ViewOptions:
         return [f.name for f in fields(cls)]
 
 
+@dataclass(frozen=True)
+class Flag:
+    """A ViewOptions field as a command-line flag (`--max-depth` for max_depth). Its type
+    and default are the field's; `cli_default` is the command line's default where it
+    differs from tfprof's on purpose (docs/views.md); `decl` overrides the flag's
+    declaration (a bool's on/off pair)."""
+
+    name: str
+    help: str
+    cli_default: Any = None
+    choices: tuple[str, ...] | None = None
+    decl: str | None = None
+
+    @property
+    def default(self) -> Any:
+        if self.cli_default is not None:
+            return self.cli_default
+        return {f.name: f.default for f in fields(ViewOptions)}[self.name]
+
+
+_REGEX = " Full match; repeat the flag for several."
+# In the order `analyze ops --help` lists them (after --tfprof and --format, which are not
+# ViewOptions fields).
+FLAGS = [
+    Flag("library_frames", "Code view: also show frames of TensorFlow, Keras, absl and the "
+         "standard library."),
+    Flag("depth_from_root", "Count --max-depth from tfprof's hidden root (depth 1), as "
+         "tfprof does."),
+    Flag("zero_rows", "Also show rows whose numbers are all zero."),
+    Flag("op_types", "Group and account nodes by the kernel that ran (fused kernels such as "
+         "_FusedConv2D) or by the graph's op type (tfprof).", choices=OP_TYPES),
+    Flag("step", "Global step to show; -1 averages over the traced steps (but warm-up and "
+         "outliers, unless --include-warmup)."),
+    Flag("order_by", "Sort rows (siblings in trees) by this, largest first.",
+         cli_default="micros", choices=tuple(ORDER_BY)),
+    Flag("select", "Columns of the text output: micros, accelerator_micros, cpu_micros, "
+         "bytes, peak_bytes, residual_bytes, output_bytes, params, float_ops, occurrence.",
+         cli_default=("micros", "bytes", "occurrence")),
+    Flag("account_displayed_op_only", "Totals count only the displayed nodes (default: "
+         "every accounted node).", decl="--account-displayed-op-only/--account-all"),
+    Flag("max_depth", "Show nodes at most this deep (1: the top level only)."),
+    Flag("min_bytes", "Hide nodes that request fewer bytes."),
+    Flag("min_peak_bytes", "Hide nodes with a lower peak."),
+    Flag("min_residual_bytes", "Hide nodes with fewer bytes still allocated at the end."),
+    Flag("min_output_bytes", "Hide nodes with fewer output bytes."),
+    Flag("min_micros", "Hide nodes that take less time (CPU + accelerator, us)."),
+    Flag("min_accelerator_micros", "Hide nodes with less accelerator time (us)."),
+    Flag("min_cpu_micros", "Hide nodes with less CPU time (us)."),
+    Flag("min_params", "Hide nodes with fewer parameters."),
+    Flag("min_float_ops", "Hide nodes with fewer float operations."),
+    Flag("min_occurrence", "Hide nodes that run fewer times (op view: fewer nodes)."),
+    Flag("account_type_regexes", "Count only nodes with an op type (or op_log type, or "
+         "device) matching one of these." + _REGEX),
+    Flag("start_name_regexes", "Start the display at nodes matching these." + _REGEX),
+    Flag("trim_name_regexes", "Show nothing below nodes matching these." + _REGEX),
+    Flag("show_name_regexes", "Display only nodes matching these." + _REGEX),
+    Flag("hide_name_regexes", "Do not display nodes matching these." + _REGEX),
+]
+# Ours, set to tfprof's behaviour by --tfprof (ViewOptions.tfprof).
+OURS = ("op_types", "zero_rows", "depth_from_root", "library_frames")
+
+
 @functools.lru_cache(maxsize=256)
 def _regex_error(rx: str) -> str | None:
     """Why polars (Rust regex syntax) rejects `rx`, or None (each regex is compiled once
     per process: views build several ViewOptions with the same defaults)."""
     if rx == ".*":
         return None
+    import polars as pl
+
     try:
         pl.select(pl.lit("").str.contains(rx))
     except pl.exceptions.PolarsError as e:

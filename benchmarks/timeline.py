@@ -1,4 +1,4 @@
-"""Timeline benchmark: `analyze timeline` (analyzer/timeline.py + render/chrome_trace.py)
+"""Timeline benchmark: `analyze timeline` (analyzer/timeline/ + render/chrome_trace.py)
 against tf.timeline's Timeline.generate_chrome_trace_format, in the same process.
 
 1. Builds a run dir of >= --node-stats node stats (default 200,000) from a fixture's step

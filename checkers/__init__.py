@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 from analyzer.errors import RunlensError
 from analyzer.model import Run
@@ -68,3 +69,24 @@ def skipped_checks(run: Run, select: list[str] | None = None,
         if reason is not None:
             out.append({"code": code, "name": checker.name, "reason": reason})
     return out
+
+
+def header(run: Run, name: str, steps: StepChoice | None = None,
+           select: list[str] | None = None, ignore: list[str] | None = None
+           ) -> dict[str, Any]:
+    """The numbers above the findings: the run's name, its traced steps, the median step
+    time of the steps `steps` keeps, which steps were left out and why (said once), and
+    what the input lacks with the chosen checkers that needed it."""
+    from analyzer.steps import step_times
+    from analyzer.stepselect import analysed, left_out
+    from checkers.base import num
+
+    times = step_times(analysed(run, steps))["duration_ns"]
+    meta: dict[str, Any] = {"run": name, "steps": len(run.steps),
+                            "median_step_us": num(times.median()) / 1000}
+    dropped = left_out(run, steps or StepChoice())
+    if dropped:
+        meta["left_out"] = dropped
+    if run.lacks:
+        meta.update(lacks=run.lacks, skipped=skipped_checks(run, select, ignore))
+    return meta

@@ -1,6 +1,6 @@
 """The CLI names what the engine's registries hold: every --format choice has a renderer
-and every renderer is offered (cli.py lists them itself so that `analyze --help` does not
-import the renderers), and every view has its command."""
+and every renderer is offered (cli.py reads analyzer/render/formats.py, a list of names,
+so that `analyze --help` does not import the renderers), and every view has its command."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 import cli
 from analyzer.render import compare as compare_render
-from analyzer.render import critical_path, findings
+from analyzer.render import critical_path, findings, formats, summary
 from analyzer.render import views as view_render
 from analyzer.views import VIEWS
 
@@ -34,3 +34,12 @@ def test_other_formats_are_their_renderers():
 
 def test_every_view_has_a_command():
     assert set(VIEWS) <= set(cli.main.commands)
+
+
+def test_format_lists_are_the_renderers():
+    assert set(formats.VIEW) == set(view_render.RENDERERS)
+    assert set(formats.FINDINGS) == set(findings.RENDERERS)
+    assert set(formats.CRITICAL_PATH) == set(critical_path.RENDERERS)
+    assert set(formats.COMPARE) == set(compare_render.RENDERERS) | {formats.COMPARE_PAGE}
+    assert set(formats.SUMMARY) == set(summary.RENDERERS)
+    assert _choices("summary") == set(formats.SUMMARY)

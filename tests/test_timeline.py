@@ -26,7 +26,7 @@ from analyzer.render import chrome_trace
 from analyzer.render.chrome_trace import export
 from analyzer.sources import Selection
 from analyzer.timeline import TimelineOptions, build_trace, parse_step_range
-from analyzer.timeline_lanes import sublanes
+from analyzer.timeline.lanes import sublanes
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -374,7 +374,7 @@ def test_asof_last_every_way_matches_a_plain_search(monkeypatch, levels):
 
 def test_lanes_of_many_tracks_are_each_tracks_own():
     """Lanes are per track, however far apart the track ids and the times are."""
-    from analyzer.timeline_lanes import lanes
+    from analyzer.timeline.lanes import lanes
 
     rng = np.random.default_rng(1)
     ts = rng.integers(0, 50, 200)

@@ -1,5 +1,6 @@
-"""The timeline's JSON rows (analyzer/jsonrows.py): the C renderer (analyzer/_jsonrows.c)
-and the polars fallback give the same bytes, on unit cases and on whole traces."""
+"""The timeline's JSON rows (analyzer/render/jsonrows.py): the C renderer
+(analyzer/render/_jsonrows.c) and the polars fallback give the same bytes, on unit cases
+and on whole traces."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import jsonrows
-from analyzer.jsonfrag import jstr
-from analyzer.jsonrows import Int, Lists, Rows, Text, Texts
 from analyzer.load import load_run
+from analyzer.render import jsonrows
 from analyzer.render.chrome_trace import write_trace
+from analyzer.render.jsonfrag import jstr
+from analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
 from analyzer.timeline import TimelineOptions, build_trace
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
@@ -41,7 +42,7 @@ def _both(rows: Rows, start: int, stop: int, prefix: str = ",", suffix: str = "\
 
 def test_the_renderer_is_built():
     assert jsonrows.native is not None, (
-        "analyzer/_jsonrows.c was not compiled: install gcc and the Python headers, then "
+        "analyzer/render/_jsonrows.c was not compiled: install gcc and the Python headers, then "
         "reinstall (timelines are still written without it, about twice as slowly)")
 
 
@@ -132,3 +133,27 @@ def test_whole_traces_are_the_same_bytes_without_the_c_renderer(name, tmp_path, 
     assert c == (tmp_path / "polars.json").read_bytes()
     assert c == (tmp_path / "built.json").read_bytes()  # built without it: outputs as texts
     json.loads(c)
+
+
+
+def test_a_failed_write_is_raised_not_lost(tmp_path):
+    """The trace is written in a background thread (chrome_trace._Writer): a write that
+    fails after the first bytes (a file-size limit: EFBIG) reaches the command as one line
+    and exit 2, not lost in the thread with a truncated file and exit 0."""
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES, ROOT
+
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
+            "sys.argv = ['analyze', 'timeline', sys.argv[1], '-o', sys.argv[2], "
+            "'--all-steps']; import cli; cli.main()")
+    out = tmp_path / "t.json"
+    proc = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "rnn_while"), str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("analyze: error")]
+    assert len(errors) == 1 and "File too large" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()  # written atomically: no truncated trace left

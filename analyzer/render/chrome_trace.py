@@ -13,15 +13,17 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import queue
-import threading
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
+from analyzer.background import Background
 from analyzer.errors import RunlensError
 from analyzer.model import Run
+from analyzer.rundir import check_output, check_output_dir
 from analyzer.timeline import TimelineOptions, Trace, build_trace
 
 Progress = Callable[[int, int], None]
@@ -42,59 +44,29 @@ class Written:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_output(path: str | os.PathLike[str]) -> Path:
-    """Raise RunlensError unless `path` can be a new file in an existing directory."""
-    p = Path(path)
-    if p.is_dir():
-        raise RunlensError(f"{p}: is a directory (give a file name, e.g. {p}/trace.json)")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise RunlensError(f"{p}: directory {parent} does not exist")
-    return p
-
-
-def check_output_dir(directory: str | os.PathLike[str]) -> Path:
-    """Raise RunlensError unless `directory` is one or can be made in an existing one."""
-    d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise RunlensError(f"{d}: not a directory")
-    if not d.exists() and not d.parent.is_dir():
-        raise RunlensError(f"{d}: directory {d.parent} does not exist")
-    return d
-
-
 class _Writer:
-    """Writes rendered chunks to `out` in a thread of its own, so that the next chunk is
-    rendered while this one is written (and compressed). At most `depth` chunks wait."""
+    """Writes rendered chunks to `out` in a background thread (analyzer.background), so
+    that the next chunk is rendered while this one is written (and compressed). At most
+    `depth` chunks wait; a failed write's error is raised by a later `put` or by `close`."""
 
     def __init__(self, out: IO[bytes], depth: int = 4) -> None:
         self.out = out
-        self.queue: queue.Queue[bytes | None] = queue.Queue(depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (chunk := self.queue.get()) is not None:
-            if self.error is None:
-                try:
-                    self.out.write(chunk)
-                except BaseException as e:  # re-raised by put or close
-                    self.error = e
+        self.depth = depth
+        self.pool = Background(1, "trace-writer")
+        self.pending: deque[Future[int]] = deque()
 
     def put(self, chunk: bytes) -> None:
-        self._check()
-        self.queue.put(chunk)
+        while len(self.pending) >= self.depth:
+            self.pending.popleft().result()  # raises what writing it raised
+        self.pending.append(self.pool.submit(self.out.write, chunk))
 
     def close(self) -> None:
         """Wait for every chunk to be written; raise what writing raised."""
-        self.queue.put(None)
-        self.thread.join()
-        self._check()
-
-    def _check(self) -> None:
-        if self.error is not None:
-            raise self.error
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.pool.close()
 
 
 def _stream(trace: Trace, out: IO[bytes], progress: Progress | None) -> int:

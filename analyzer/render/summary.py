@@ -1,8 +1,12 @@
-"""Text rendering of `analyze summary`."""
+"""Rendering of `analyze summary`: text, or JSON (a schema number around the summary)."""
 
 from __future__ import annotations
 
+import json
+
 from analyzer.render.units import fmt_us, lacks_by_reason
+
+SCHEMA = 1
 
 
 def summary_text(s: dict) -> str:
@@ -48,3 +52,10 @@ def _ranges(steps: list[int]) -> str:
         if s is not None:
             start = prev = s
     return ", ".join(out)
+
+
+def summary_json(s: dict) -> str:
+    return json.dumps({"schema": SCHEMA, "summary": s}, indent=1) + "\n"
+
+
+RENDERERS = {"text": summary_text, "json": summary_json}
