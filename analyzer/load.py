@@ -30,7 +30,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
 from analyzer.nodestats import node_stats
 from analyzer.rundir import RunDir
-from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA
+from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
 from analyzer.stepselect import analysed, step_flags
 from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
@@ -203,6 +203,7 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
         "graph_nodes": graph_nodes,
         "op_log": op_log,
         "code": code,
+        "step_spans": pl.DataFrame(schema=STEP_SPAN_SCHEMA),
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
     # Executions and outputs are identified by key; the worker is a column of the keys.

@@ -76,6 +76,7 @@ class Run:
     graph_nodes = _Frame()
     op_log = _Frame()
     code = _Frame()
+    step_spans = _Frame()
 
     def __init__(self, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
                  warnings: list[str] | None = None,

@@ -100,17 +100,21 @@ CODE_SCHEMA: Schema = {
     "func_start_line": pl.Int32,
 }
 LACKS_SCHEMA: Schema = {"what": pl.String, "why": pl.String}
+# The span of a step where the input says it (an xplane step marker, the device span of a
+# step's group): analyzer.steps takes it over the span of the step's executions.
+STEP_SPAN_SCHEMA: Schema = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added
 # (sources.raw_frames); executions/keys and output_rows/output_keys are split by key.
 PLAIN_FRAMES: dict[str, Schema] = {
     "memory": MEMORY_SCHEMA, "allocations": ALLOCATION_SCHEMA, "threads": THREAD_SCHEMA,
     "graph_nodes": GRAPH_NODE_SCHEMA, "op_log": OP_LOG_SCHEMA, "code": CODE_SCHEMA,
+    "step_spans": STEP_SPAN_SCHEMA,
 }
 
 # A Run's frames (analyzer.model.Run).
 RUN_FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-              "threads", "graph_nodes", "op_log", "code")
+              "threads", "graph_nodes", "op_log", "code", "step_spans")
 # What the cache keeps: the Run's frames, what the input lacks, and what views need with
 # their default options: the steps' warm-up/outlier flags, step -1's per-node numbers over
 # the default steps (analyzer.stepselect), the code paths, the scope and code trees.

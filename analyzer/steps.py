@@ -10,7 +10,11 @@ from analyzer.model import Run
 
 
 def step_times(run: Run) -> pl.DataFrame:
-    """One row per (worker, step): start_ns, end_ns and duration_ns over all lanes."""
+    """One row per (worker, step): start_ns, end_ns and duration_ns over all lanes, or
+    the step's span where the input says it (`step_spans`: an xplane step marker, the
+    device span of a GPU step; docs/xplane.md)."""
+    spans = run.step_spans.lazy().select(
+        "worker", "step", span_start="start_ns", span_end="end_ns")
     return (
         run.nodes_lazy().select("worker", "step", "start_ns", "all_end_rel_ns")
         .group_by("worker", "step")
@@ -19,6 +23,10 @@ def step_times(run: Run) -> pl.DataFrame:
             end_ns=(pl.col("start_ns") + pl.col("all_end_rel_ns")).max(),
             node_stats=pl.len(),
         )
+        .join(spans, on=["worker", "step"], how="left")
+        .with_columns(start_ns=pl.coalesce("span_start", "start_ns"),
+                      end_ns=pl.coalesce("span_end", "end_ns"))
+        .drop("span_start", "span_end")
         .with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
         .sort("worker", "step")
         .collect()

@@ -1,5 +1,6 @@
 """Per op and per op type, host and device self time (and total time, occurrences) of
-every xplane fixture equal xprof's framework op stats of the same file."""
+every xplane fixture equal xprof's framework op stats of the same file; so do the steps
+(count and per-step duration) with xprof's step db."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from tests.xplane_run import CAPTURED, GPU_XPLANE, fixture_file, xplane_run
 
 pytest.importorskip("xprof", reason="xprof (dev extra) is the oracle")
-from tests.xprof_oracle import framework_op_stats  # noqa: E402
+from tests.xprof_oracle import framework_op_stats, step_db  # noqa: E402
 
 NEEDS_GPU_FILE = pytest.mark.skipif(not GPU_XPLANE.is_file(),
                                     reason="../shared/data/xplane not present")
@@ -89,6 +90,48 @@ def test_per_op_times_equal_xprof(path: Path) -> None:
     diff = both_sides.filter(~pl.col("occurrences").is_between(
         pl.col("occurrences_ours"), pl.col("occurrences_ours") + pl.col("device_occurrences")))
     assert diff.height == 0, diff.select(*KEY, "occurrences", "occurrences_ours").head(10)
+
+
+ALL_FILES = FILES + [pytest.param(fixture_file("jax_train"), id="jax_train")]
+
+
+@pytest.mark.parametrize("path", ALL_FILES)
+def test_steps_equal_xprofs_step_db(path: Path) -> None:
+    """Step count and each step's duration (and start) equal xprof's step db: `train`
+    marker spans on the CPU fixtures, the device span of the one step (group 0) on the GPU
+    profile. Ours are in ns, xprof's in ps: equal to the ns (we truncate)."""
+    from analyzer.steps import step_times
+
+    want = step_db(path)
+    assert want.height > 0, "xprof found no step"
+    assert want["core"].n_unique() == 1  # one row per step (one core)
+    got = step_times(xplane_run(path)).sort("start_ns")
+    assert got.height == want.height
+    assert (got["duration_ns"] == want["duration_ps"] // 1000).all(), (got, want)
+    # Same clock: the file's (xprof's begin_ps is the absolute start on the GPU profile,
+    # relative to the profile's start on the CPU fixtures, as ours).
+    assert (got["start_ns"] == want["begin_ps"] // 1000).all(), (got, want)
+    # Marker steps are numbered by their marker's step_num (xprof names them "train N").
+    named = want.filter(pl.col("name") != "")
+    assert named["name"].to_list() == [f"train {s}" for s in got["step"]][: named.height]
+
+
+@NEEDS_GPU_FILE
+def test_gpu_steps_are_the_device_groups_not_host_calls() -> None:
+    """Why the GPU profile has one step where its group_ids number seven: the profiler
+    groups each traced host call (groups 1-6: about 1 ms of host work at most, no device
+    event); a step is a group that ran device work. Its span is the device
+    work's, on the GPU where that is longest (xprof's 21.31 ms; GPU:4's is 19.87 ms), not
+    the span of every execution (953 ms: host work long before the device ran)."""
+    from analyzer.steps import step_times
+
+    run = xplane_run(GPU_XPLANE)
+    assert run.nodes.filter(pl.col("step") != 0).height == 0
+    got = step_times(run)
+    assert got["duration_ns"][0] == step_db(GPU_XPLANE)["duration_ps"][0] // 1000
+    every = run.nodes.select(
+        (pl.col("start_ns") + pl.col("all_end_rel_ns")).max() - pl.col("start_ns").min())
+    assert every.item() > 40 * got["duration_ns"][0]
 
 
 @pytest.mark.parametrize("path", FILES)

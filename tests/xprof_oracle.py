@@ -9,15 +9,18 @@ not.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 
-def framework_op_stats(path: Path) -> pl.DataFrame:
-    """One row per (host_or_device, name, type): occurrences, time_ps, self_time_ps."""
+@functools.cache
+def op_stats(path: Path) -> Any:
+    """xprof's OpStats proto of the file (converted once per test process)."""
     from xprof.convert import raw_to_tool_data
     from xprof.protobuf import op_stats_pb2
 
@@ -27,7 +30,24 @@ def framework_op_stats(path: Path) -> pl.DataFrame:
         raw_to_tool_data.xspace_to_tool_data([str(copy)], "framework_op_stats", {})
         cached = list(Path(tmp).glob("*.op_stats_v2.pb"))
         assert cached, f"xprof wrote no op_stats for {path}"
-        stats = op_stats_pb2.OpStats.FromString(cached[0].read_bytes())
+        return op_stats_pb2.OpStats.FromString(cached[0].read_bytes())
+
+
+def step_db(path: Path) -> pl.DataFrame:
+    """xprof's steps (OpStats.step_db, what its overview and input pipeline pages show):
+    one row per (step, core) in xprof's order: step_num (xprof's count from 0), name (the
+    step marker's, "" on a GPU step), begin_ps, duration_ps."""
+    rows = [(s.step_num, core, info.step_name, info.begin_ps, info.duration_ps)
+            for s in op_stats(path).step_db.step_sequence
+            for core, info in sorted(s.step_info_per_core.items())]
+    return pl.DataFrame(rows, orient="row", schema={
+        "step_num": pl.Int64, "core": pl.Int64, "name": pl.String, "begin_ps": pl.Int64,
+        "duration_ps": pl.Int64})
+
+
+def framework_op_stats(path: Path) -> pl.DataFrame:
+    """One row per (host_or_device, name, type): occurrences, time_ps, self_time_ps."""
+    stats = op_stats(path)
     rows = []
     for where, db in (("Host", stats.host_op_metrics_db), ("Device", stats.device_op_metrics_db)):
         for m in db.metrics_db:

@@ -159,7 +159,8 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
            "threads": frames["threads"].with_columns(worker_col),
            "allocations": frames["allocations"].with_columns(worker_col),
            "graph_nodes": graph_nodes.with_columns(worker_col),
-           "code": code.with_columns(worker_col)}
+           "code": code.with_columns(worker_col),
+           "step_spans": frames["step_spans"].with_columns(worker_col)}
     return SourceFrames(frames=out, warnings=warnings, lacks=lacks)
 
 

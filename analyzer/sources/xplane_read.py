@@ -12,8 +12,9 @@ Derived lines a preprocessed file may hold ("TensorFlow Ops", "Steps", ...) are 
 
 An op's time: `op_end_rel` is its self time (its duration less the ops nested in it on the
 same line, as xprof counts), `all_end_rel` its whole duration (the timeline draws it).
-Steps: the event's `group_id` where the file has one, else the last `train` step marker
-(`step_num`) that started at or before it (the first marker's step before any), else 0.
+Steps (steps_and_spans, as xprof's step db): on a GPU profile with group_ids the groups
+that ran device work, spanned by that work; else the `train` step markers (`step_num`),
+each spanned by its marker; an event goes to the last step begun at or before it.
 Events arrive as columns (xplane_wire); per-event work is numpy, per distinct name Python.
 """
 
@@ -350,15 +351,55 @@ def assign_steps(start_ps: np.ndarray, group: np.ndarray,
                  markers: list[tuple[int, int, int]]) -> np.ndarray:
     """group_id where set; else the step of the last marker started at or before the
     event (the first marker's before any); else 0."""
-    if not markers:
-        by_marker = np.zeros(len(start_ps), np.int64)
-    else:
-        m = sorted(markers)
-        starts = np.array([x[0] for x in m], np.int64)
-        steps = np.array([x[2] for x in m], np.int64)
-        at = np.searchsorted(starts, start_ps, side="right") - 1
-        by_marker = steps[np.clip(at, 0, len(m) - 1)]
-    return np.where(group >= 0, group, by_marker)
+    return np.where(group >= 0, group, _by_time(start_ps, [(m[0], m[2]) for m in markers]))
+
+
+def _by_time(start_ps: np.ndarray, starts: list[tuple[int, int]]) -> np.ndarray:
+    """The step of the last (start, step) begun at or before each time (the first's
+    before any); 0 with none."""
+    if not starts:
+        return np.zeros(len(start_ps), np.int64)
+    m = sorted(starts)
+    at = np.searchsorted(np.array([x[0] for x in m], np.int64), start_ps, side="right") - 1
+    return np.array([x[1] for x in m], np.int64)[np.clip(at, 0, len(m) - 1)]
+
+
+def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
+                    on_device: np.ndarray, lane: np.ndarray,
+                    markers: list[tuple[int, int, int]]
+                    ) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """Each execution's step, and the (step, start_ps, end_ps) span of every step, as
+    xprof's step db has them (docs/xplane.md):
+    - group_ids on device events (a GPU profile the plugin preprocessed): the steps are
+      the groups that ran device work; a step's span is its device events' span on the
+      device where that is longest. Host work of other groups (the profiler groups every
+      traced function call, not only steps) goes to the step begun last before it.
+    - no group_id: `train` markers; a step's span is its marker's.
+    - group_ids on the host only: the groups, spanned by their executions (no span given).
+    """
+    device_groups = np.unique(group[on_device & (group >= 0)])
+    if len(device_groups):
+        steps = np.isin(group, device_groups)
+        first = [(int(start_ps[steps & (group == g)].min()), int(g)) for g in device_groups]
+        step = np.where(steps, group, _by_time(start_ps, first))
+        spans = []
+        for g in device_groups.tolist():
+            best = (0, 0, 0)
+            for ln in np.unique(lane[on_device & (group == g)]).tolist():
+                sel = on_device & (group == g) & (lane == ln)
+                b, e = int(start_ps[sel].min()), int((start_ps[sel] + dur_ps[sel]).max())
+                if e - b > best[2] - best[1]:
+                    best = (g, b, e)
+            spans.append(best)
+        return step, spans
+    step = assign_steps(start_ps, group, markers)
+    if (group >= 0).any() or not markers:
+        return step, []
+    span: dict[int, tuple[int, int]] = {}
+    for b, e, n in markers:
+        lo, hi = span.get(n, (b, e))
+        span[n] = (min(lo, b), max(hi, e))
+    return step, [(n, b, e) for n, (b, e) in sorted(span.items())]
 
 
 def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
@@ -368,11 +409,14 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
 def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
-    step = assign_steps(start, _cat(ops.group, np.int64), extra.markers)
     column = _cat
+    lane = column(ops.lane, np.int64)
+    on_device = np.array([ln != HOST_LANE for ln in ops.lanes] or [False])[lane]
+    step, spans = steps_and_spans(start, column(ops.dur_ps, np.int64),
+                                  column(ops.group, np.int64), on_device, lane,
+                                  extra.markers)
     # One key per (lane, name).
     n_names = max(len(ops.names), 1)
-    lane = column(ops.lane, np.int64)
     uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
     key_lane, key_name = uniq // n_names, uniq % n_names
     nodes = [ops.names[int(i)] for i in key_name]
@@ -427,5 +471,8 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "alloc_us": alloc_t // 1_000_000,
         "alloc_bytes": _cat([m[2] for m in mem], np.int64),
     }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
+    step_spans = pl.DataFrame(
+        {"step": [x[0] for x in spans], "start_ns": [x[1] // 1000 for x in spans],
+         "end_ns": [x[2] // 1000 for x in spans]}, schema=schema.STEP_SPAN_SCHEMA)
     return {"executions": executions, "keys": keys, "threads": threads,
-            "allocations": allocations}
+            "allocations": allocations, "step_spans": step_spans}
