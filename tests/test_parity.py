@@ -166,19 +166,7 @@ def test_gpu_lanes_equal_tfprof(name):
     assert WITHOUT_GRAPH, "the GPU fixtures are missing"
     run_dir = FIXTURES / name
     root = oracle.profiler(run_dir, graph=False).profile_name_scope(oracle.options())
-    rows = []
-
-    def walk(n):
-        if n.name != "_TFProfRoot":
-            rows.append({"name": n.name, "t_micros": n.exec_micros,
-                         "t_cpu_micros": n.cpu_exec_micros,
-                         "t_accelerator_micros": n.accelerator_exec_micros,
-                         "t_occurrence": n.run_count})
-        for c in n.children:
-            walk(c)
-
-    walk(root)
-    theirs = pl.DataFrame(rows)  # nodes and scope parents (which have no numbers)
+    theirs = pl.DataFrame(oracle.time_rows(root))  # nodes and scope parents (which have no numbers)
     run = _without_source(load_run(run_dir, use_cache=False))
     ours = node_stats(run).filter(~pl.col("name").str.contains("MEMCPY"))
     assert ours["accelerator_micros"].sum() > 0

@@ -110,18 +110,7 @@ def test_gpu_profile_keeps_tfprofs_accelerator_and_cpu_time(name, tmp_path):
     prof = oracle.profiler(FIXTURES / name, graph=False)
     target = tmp_path / "profile_5"
     target.write_bytes(prof.serialize_to_string())
-    rows = []
-
-    def walk(n):
-        if n.name != "_TFProfRoot":
-            rows.append({"name": n.name, "t_micros": n.exec_micros,
-                         "t_cpu_micros": n.cpu_exec_micros,
-                         "t_accelerator_micros": n.accelerator_exec_micros,
-                         "t_occurrence": n.run_count})
-        for c in n.children:
-            walk(c)
-
-    walk(prof.profile_name_scope(oracle.options()))
+    rows = oracle.time_rows(prof.profile_name_scope(oracle.options()))
     ours = node_stats(load_run(target, use_cache=False))
     assert ours["accelerator_micros"].sum() > 0
     joined = ours.join(pl.DataFrame(rows), on="name", how="inner")

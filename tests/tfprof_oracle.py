@@ -113,3 +113,21 @@ def graph_view(run_dir: Path, **overrides: Any) -> Any:
 
 def code_view(run_dir: Path, **overrides: Any) -> Any:
     return profiler(run_dir).profile_python(options(**overrides))
+
+
+def time_rows(root: Any) -> list[dict[str, Any]]:
+    """Every node of a tfprof tree view (below its root) as name, t_micros, t_cpu_micros,
+    t_accelerator_micros and t_occurrence: tfprof's times per node."""
+    rows = []
+
+    def walk(n: Any) -> None:
+        if n.name != "_TFProfRoot":
+            rows.append({"name": n.name, "t_micros": n.exec_micros,
+                         "t_cpu_micros": n.cpu_exec_micros,
+                         "t_accelerator_micros": n.accelerator_exec_micros,
+                         "t_occurrence": n.run_count})
+        for c in n.children:
+            walk(c)
+
+    walk(root)
+    return rows
