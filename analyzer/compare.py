@@ -361,29 +361,22 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
                             "time are called only on complete separation; trace more steps")
             sig_up[is_step], sig_down[is_step] = p_up[is_step] <= tied, p_down[is_step] <= tied
     threshold = threshold_pct / 100.0
-    verdicts = []
-    for i in range(len(keys)):
-        f = floors[i]
-        if not present_b[i]:
-            verdicts.append("new")
-        elif not present_n[i]:
-            verdicts.append("vanished")
-        elif f is None:
-            verdicts.append("below-floor")
-        elif normalize and not WALL_GATES_SHARED and keys[i] == ("step", STEP_TIME):
-            verdicts.append("unchanged")  # shown with its interval, decided by op time
-        else:
-            least = max(f, threshold)
-            # The change must reach the floor with 95% confidence: the interval's near
-            # end, not only the estimate (no interval without a test: the estimate).
-            up = r_low[i] if testable else ratio[i]
-            down = r_high[i] if testable else ratio[i]
-            if sig_up[i] and up - 1 >= least:
-                verdicts.append("regression")
-            elif sig_down[i] and 1 / down - 1 >= least:
-                verdicts.append("improvement")
-            else:
-                verdicts.append("unchanged")
+    floor = np.array([np.nan if f is None else max(f, threshold) for f in floors])
+    # The change must reach the floor with 95% confidence: the interval's near end, not
+    # only the estimate (no interval without a test: the estimate).
+    up = r_low if testable else ratio
+    down = r_high if testable else ratio
+    with np.errstate(invalid="ignore", divide="ignore"):
+        regressed = sig_up & (up - 1 >= floor)
+        improved = sig_down & (1 / down - 1 >= floor)
+    wall_decided_by_op_time = np.array(
+        [normalize and not WALL_GATES_SHARED and k == ("step", STEP_TIME) for k in keys],
+        dtype=bool)
+    verdicts = np.select(
+        [~present_b, ~present_n, np.isnan(floor), wall_decided_by_op_time, regressed,
+         improved],
+        ["new", "vanished", "below-floor", "unchanged", "regression", "improvement"],
+        default="unchanged").tolist()
     pct = lambda a, c: np.where(c > 0, (a - c) / np.where(c > 0, c, 1) * 100, np.nan)  # noqa: E731
     rows = pl.DataFrame({
         "kind": [k[0] for k in keys], "name": [k[1] for k in keys],
