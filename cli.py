@@ -330,8 +330,21 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
     return samples_from_run(run, path, scope_depth=scope_depth)
 
 
+def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
+                  step_range: str | None) -> Any:
+    """One or several base runs (run dirs or baseline files), each run kept apart."""
+    from analyzer.baseruns import merge_runs
+
+    parts = [_samples(p, no_cache, scope_depth, step_range) for p in paths]
+    try:
+        return merge_runs(parts)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
 @main.command()
-@click.argument("base", metavar="BASE", type=click.Path(readable=False))
+@click.argument("base", metavar="BASE...", nargs=-1, required=True,
+                type=click.Path(readable=False))
 @click.argument("new", metavar="NEW", type=click.Path(readable=False))
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               metavar="PCT", help="Smallest change (in percent, after removing machine-wide "
@@ -362,13 +375,16 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
 @no_cache_option
 @source_option
 @handle_errors
-def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: bool,
+def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
+            keep_outliers: bool,
             step_range: str | None, by: str, scope_depth: int, no_normalize: bool, fmt: str,
             output: str | None, no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
-    BASE is a run dir or a baseline file (`analyze baseline save`); NEW is a run dir or
-    a baseline file. Per-step samples of step time, op time, op types and name scopes are
+    BASE is a run dir or a baseline file (`analyze baseline save`), or several of them:
+    with 2 or more base runs (separate processes of the same code, 3 recommended) each
+    metric's effect-size floor comes from how far the base runs' own medians spread,
+    instead of a floor per size class. NEW is a run dir or a baseline file. Per-step samples of step time, op time, op types and name scopes are
     compared with exact one-sided Mann-Whitney U tests (step time and op time on their
     own; scopes and op types under Benjamini-Hochberg); a regression must be significant
     and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
@@ -380,11 +396,12 @@ def compare(base: str, new: str, threshold: float, alpha: float, keep_outliers: 
     Examples:
       analyze compare fixtures/compare/base_a fixtures/compare/slow_dense2
       analyze compare baseline.json runs/new --format junit -o runlens.xml
+      analyze compare runs/main_1 runs/main_2 runs/main_3 runs/pr
     """
     from analyzer.compare import compare as run_compare
     from analyzer.render.compare import RENDERERS
 
-    base_samples = _samples(base, no_cache, scope_depth, step_range)
+    base_samples = _base_samples(base, no_cache, scope_depth, step_range)
     new_samples = _samples(new, no_cache, scope_depth, step_range)
     result = run_compare(base_samples, new_samples, threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
@@ -436,7 +453,8 @@ def baseline() -> None:
 
 
 @baseline.command("save")
-@run_dir_argument
+@click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True,
+                type=click.Path(readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="The baseline file to write (JSON).")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
@@ -448,22 +466,23 @@ def baseline() -> None:
 @no_cache_option
 @source_option
 @handle_errors
-def baseline_save(run_dir: str, output: str, scope_depth: int, step_range: str | None,
-                  no_cache: bool) -> None:
-    """Save RUN_DIR's per-step samples (step time, op types, scopes) to a baseline file.
+def baseline_save(run_dirs: tuple[str, ...], output: str, scope_depth: int,
+                  step_range: str | None, no_cache: bool) -> None:
+    """Save the per-step samples (step time, op types, scopes) of RUN_DIR to a baseline file.
 
-    `analyze compare baseline.json NEW_RUN` then works as with the run dir itself.
+    `analyze compare baseline.json NEW_RUN` then works as with the run dir itself. With
+    several RUN_DIRs (separate runs of the same code, 3 recommended), each run's samples
+    are kept apart, and compare takes each metric's floor from their spread (docs/ci.md).
     """
 
-    from analyzer.compare import samples_from_run, save_baseline
+    from analyzer.compare import save_baseline
     from analyzer.rundir import check_output
-    from analyzer.stepselect import StepChoice, analysed
 
     target = check_output(output)
-    run = analysed(load(run_dir, no_cache), StepChoice.parse(step_range, include_warmup=True))
-    samples = samples_from_run(run, run_dir, scope_depth=scope_depth)
+    samples = _base_samples(run_dirs, no_cache, scope_depth, step_range)
     save_baseline(samples, target)
-    click.echo(f"baseline: {samples.n_samples} steps, "
+    runs = len(samples.meta.get("runs") or [samples.source])
+    click.echo(f"baseline: {runs} run(s), {samples.n_samples} steps, "
                f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output} "
                f"({target.stat().st_size:,} bytes)", err=True)
 

@@ -2,8 +2,8 @@
 
 A baseline decides whether CI fails, so a damaged one must never quietly turn the gate
 off (a NaN median compares false with everything: "result: OK" on a regressed run).
-`load_baseline` therefore checks the whole document against schema 1 before using it
-and refuses anything else with one line naming the file: wrong types, NaN/Infinity,
+`load_baseline` therefore checks the whole document against its schema (1: one run, 2:
+several runs kept apart) before using it and refuses anything else with one line naming the file: wrong types, NaN/Infinity,
 numbers out of range, empty metric lists, no step time, deep nesting, unknown versions.
 """
 
@@ -20,21 +20,26 @@ import polars as pl
 from analyzer.errors import InputFileError
 
 BASELINE_KIND = "runlens-baseline"
-BASELINE_SCHEMA = 1
+BASELINE_SCHEMA = 1  # one run
+MULTI_RUN_SCHEMA = 2  # several runs kept apart (analyzer.baseruns): "runs", "i#" sample ids
+SCHEMAS = (BASELINE_SCHEMA, MULTI_RUN_SCHEMA)
 KINDS = ("step", "op", "scope")
 MAX_US = 1e12  # 11.6 days per step: anything above is not a timing
 MAX_SCOPE_DEPTH = 64
 
 
 def save_baseline(samples: Any, path: Path) -> None:
-    """Write `samples` (analyzer.compare.Samples) as a schema-1 baseline, atomically."""
+    """Write `samples` (analyzer.compare.Samples) as a baseline, atomically: schema 1 for
+    one run, schema 2 when it holds several runs (each run's node medians apart)."""
+    from analyzer.baseruns import run_sources
     from analyzer.rundir import atomic_write
 
     wide = samples.samples.group_by("kind", "name").agg(
         pl.col("value_us").sort_by("sample").round(3))
+    runs = run_sources(samples)
     doc = {
         "format": BASELINE_KIND,
-        "schema": BASELINE_SCHEMA,
+        "schema": MULTI_RUN_SCHEMA if runs else BASELINE_SCHEMA,
         "source": samples.source,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "scope_depth": samples.scope_depth,
@@ -42,9 +47,14 @@ def save_baseline(samples: Any, path: Path) -> None:
         "samples": samples.samples.select("sample").unique().sort("sample")["sample"].to_list(),
         "metrics": [{"kind": k, "name": nm, "values_us": v}
                     for k, nm, v in wide.sort("kind", "name").iter_rows()],
-        "node_medians_us": dict(samples.node_medians.select(
-            "name", pl.col("median_us").round(3)).iter_rows()),
     }
+    medians = samples.node_medians.with_columns(pl.col("median_us").round(3))
+    if runs:
+        doc["runs"] = [{"source": src, "node_medians_us": dict(
+            medians.filter(pl.col("run") == i).select("name", "median_us").iter_rows())}
+            for i, src in enumerate(runs)]
+    else:
+        doc["node_medians_us"] = dict(medians.select("name", "median_us").iter_rows())
     atomic_write(path, (json.dumps(doc, indent=0, allow_nan=False) + "\n").encode())
 
 
@@ -74,17 +84,48 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
-def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[tuple[str, float]],
+def _node_medians(medians: Any, where: str) -> list[tuple[str, float]]:
+    if not isinstance(medians, dict):
+        raise _Bad(f"{where} must be an object of node name -> microseconds")
+    return [(_string(k, f"{where} key"), _number(v, f"{where}[{k!r:.40}]"))
+            for k, v in medians.items()]
+
+
+def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[tuple[str, float, int]]]:
+    """Schema 2: the runs' sources and node medians; every sample id names one run."""
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or len(runs) < 2:
+        raise _Bad("runs must be a list of at least two runs (schema 2)")
+    sources, medians = [], []
+    for i, r in enumerate(runs):
+        if not isinstance(r, dict):
+            raise _Bad(f"runs[{i}] must be an object")
+        sources.append(_string(r.get("source"), f"runs[{i}].source"))
+        medians += [(k, v, i) for k, v in _node_medians(r.get("node_medians_us", {}),
+                                                         f"runs[{i}].node_medians_us")]
+    seen: set[int] = set()
+    for s in ids:
+        head, sep, _ = s.partition("#")
+        if not sep or not head.isdigit() or int(head) >= len(runs):
+            raise _Bad(f"sample {s!r:.40} does not name one of the {len(runs)} runs "
+                       "(RUN#worker/step)")
+        seen.add(int(head))
+    if len(seen) != len(runs):
+        raise _Bad(f"runs[{min(set(range(len(runs))) - seen)}] has no samples")
+    return sources, medians
+
+
+def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
                                  int, dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("format") != BASELINE_KIND:
         raise _Bad("not a runlens baseline (save one with `analyze baseline save RUN -o FILE`)")
     schema = doc.get("schema")
     if isinstance(schema, bool) or not isinstance(schema, int):
         raise _Bad(f"schema must be an integer, not {schema!r:.40}")
-    if schema != BASELINE_SCHEMA:
-        hint = "upgrade runlens" if schema > BASELINE_SCHEMA else "save it again"
-        raise _Bad(f"baseline schema {schema} is not the schema {BASELINE_SCHEMA} this "
-                   f"runlens reads; {hint}")
+    if schema not in SCHEMAS:
+        hint = "upgrade runlens" if schema > max(SCHEMAS) else "save it again"
+        raise _Bad(f"baseline schema {schema} is not a schema this runlens reads "
+                   f"({', '.join(map(str, SCHEMAS))}); {hint}")
     depth = doc.get("scope_depth", 3)
     if isinstance(depth, bool) or not isinstance(depth, int) \
             or not 1 <= depth <= MAX_SCOPE_DEPTH:
@@ -122,12 +163,12 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[tuple[s
                  for j, v in enumerate(values)]
     if ("step", "step time") not in seen:
         raise _Bad("no step time metric")
-    medians = doc.get("node_medians_us", {})
-    if not isinstance(medians, dict):
-        raise _Bad("node_medians_us must be an object of node name -> microseconds")
-    nm = [(_string(k, "node_medians_us key"), _number(v, f"node_medians_us[{k!r:.40}]"))
-          for k, v in medians.items()]
-    return rows, nm, depth, meta
+    if schema == MULTI_RUN_SCHEMA:
+        sources, medians = _runs(doc, ids)
+        return rows, medians, depth, {**meta, "runs": sources}
+    one_run = {k: v for k, v in meta.items() if k != "runs"}  # "runs" means schema 2
+    return rows, _node_medians(doc.get("node_medians_us", {}), "node_medians_us"), depth, \
+        one_run
 
 
 def load_baseline(path: Path) -> Any:
@@ -154,6 +195,8 @@ def load_baseline(path: Path) -> Any:
     long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
                                       "sample": pl.String, "value_us": pl.Float64},
                         orient="row")
-    nm = pl.DataFrame(medians, schema={"name": pl.String, "median_us": pl.Float64},
-                      orient="row")
+    columns = {"name": pl.String, "median_us": pl.Float64}
+    if "runs" in meta:  # schema 2: each run's node medians apart
+        columns["run"] = pl.Int64
+    nm = pl.DataFrame(medians, schema=columns, orient="row")
     return Samples(str(path), long, nm, depth, meta)

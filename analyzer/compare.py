@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analyzer.baseruns import (n_runs, normalize_runs, pooled_node_medians, run_floors,
+                               run_index, run_spread)
 from analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
 from analyzer.errors import InputFileError
 from analyzer.model import Run
@@ -185,6 +187,8 @@ class Comparison:
     new: str
     excluded: dict[str, list[str]] = field(default_factory=dict)  # side -> steps left out
     outliers: dict[str, list[str]] = field(default_factory=dict)  # side -> flagged, kept
+    base_runs: int = 1  # runs in the base; >= 2: floors from their spread (baseruns)
+    run_factors: list[float] = field(default_factory=list)  # each base run's machine factor
 
     @property
     def regressions(self) -> pl.DataFrame:
@@ -221,17 +225,19 @@ def floor_for(kind: str, share: float, name: str = STEP_TIME) -> float | None:
     return None
 
 
-def _matrix(s: Samples, kinds: list[str]) -> tuple[list[tuple[str, str]], np.ndarray]:
+def _matrix(s: Samples, kinds: list[str]) -> tuple[list[tuple[str, str]], np.ndarray,
+                                                   list[str]]:
     wide = (s.samples.filter(pl.col("kind").is_in(kinds))
             .pivot(on="sample", index=["kind", "name"], values="value_us")
             .sort("kind", "name"))
     keys = list(zip(wide["kind"].to_list(), wide["name"].to_list(), strict=True))
-    return keys, wide.drop("kind", "name").fill_null(0.0).to_numpy().astype(float)
+    values = wide.drop("kind", "name")
+    return keys, values.fill_null(0.0).to_numpy().astype(float), values.columns
 
 
 def _align(base: Samples, new: Samples, kinds: list[str]):
-    bk, bm = _matrix(base, kinds)
-    nk, nmx = _matrix(new, kinds)
+    bk, bm, base_cols = _matrix(base, kinds)
+    nk, nmx, _ = _matrix(new, kinds)
     keys = sorted(set(bk) | set(nk))
     bi, ni = {k: i for i, k in enumerate(bk)}, {k: i for i, k in enumerate(nk)}
     b = np.zeros((len(keys), bm.shape[1]))
@@ -243,7 +249,8 @@ def _align(base: Samples, new: Samples, kinds: list[str]):
             b[r] = bm[bi[k]]
         if k in ni:
             n[r] = nmx[ni[k]]
-    return keys, b, n, present_b, present_n
+    runs = pl.select(run_index(pl.Series(base_cols, dtype=pl.String)))
+    return keys, b, n, present_b, present_n, runs.to_series().to_numpy()
 
 
 def _outliers(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples, dict,
@@ -286,6 +293,13 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         warnings.append(f"contention spikes capped differently (base {caps['base']}, new "
                         f"{caps['new']}): re-save the baseline with this version")
     base, new, excluded, outliers = _outliers(base, new, keep_outliers)
+    k_runs = n_runs(base)
+    if n_runs(new) >= 2:  # several new runs are pooled as they are
+        new = Samples(new.source, new.samples, pooled_node_medians(new), new.scope_depth,
+                      new.meta)
+    run_factors: list[float] = []
+    if k_runs >= 2 and normalize:
+        base, run_factors = normalize_runs(base)
     for side, steps in excluded.items():
         warnings.append(f"{side}: left out {len(steps)} warm-up/outlier step(s) "
                         f"({', '.join(steps)}); --keep-outliers keeps them")
@@ -295,7 +309,8 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
                         "runs: no machine-wide normalization")
     kinds = {"all": ["step", "op", "scope"], "step": ["step"], "op": ["op"],
              "scope": ["scope"]}[by]
-    keys, b, n_raw, present_b, present_n = _align(base, new, sorted(set(kinds) | {"step"}))
+    keys, b, n_raw, present_b, present_n, b_runs = _align(base, new,
+                                                          sorted(set(kinds) | {"step"}))
     n = n_raw / factor
     nb, nn = b.shape[1], n.shape[1]
     is_step = np.array([k[0] == "step" for k in keys])
@@ -307,8 +322,18 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     share = np.maximum(base_med, norm_med) / step_median if step_median > 0 \
         else np.zeros(len(keys))
     size_us = np.maximum(base_med, norm_med)
-    floors = [floor_for(k[0], float(sh), k[1]) if k[0] == "step" or us >= NOISE_FLOOR_US
-              else None for k, sh, us in zip(keys, share, size_us, strict=True)]
+    floors = [floor_for(m[0], float(sh), m[1]) if m[0] == "step" or us >= NOISE_FLOOR_US
+              else None for m, sh, us in zip(keys, share, size_us, strict=True)]
+    floor_from = "size class"
+    spread = np.full(len(keys), np.nan)
+    if k_runs >= 2 and nb:
+        # Several base runs: each metric's floor from the spread of the runs' own medians
+        # (analyzer.baseruns), wherever the size class lets the metric be called at all.
+        spread = run_spread(b, b_runs)
+        by_runs = run_floors([m[0] for m in keys], spread)
+        floors = [None if f is None else float(r) for f, r in zip(floors, by_runs,
+                                                                   strict=True)]
+        floor_from = f"{k_runs} base runs"
     testable = min(nb, nn) >= MIN_STEPS
     if testable:
         p_up, test = mann_whitney_greater(n, b)
@@ -389,10 +414,12 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         "effect_high_pct": (r_high - 1) * 100,
         "p_greater": p_up, "p_less": p_down, "p_greater_adj": q_up, "p_less_adj": q_down,
         "floor_pct": [None if f is None else f * 100 for f in floors],
+        "floor_from": [None if f is None else floor_from for f in floors],
+        "run_spread_pct": (spread - 1) * 100,
         "share_pct": share * 100, "n_base": [nb] * len(keys), "n_new": [nn] * len(keys),
         "verdict": verdicts,
     }, strict=False).with_columns(
-        pl.col(c).fill_nan(None) for c in ("change_pct", "norm_change_pct", "effect_pct",
+        pl.col(c).fill_nan(None) for c in ("run_spread_pct", "change_pct", "norm_change_pct", "effect_pct",
                                            "effect_low_pct", "effect_high_pct", "p_greater",
                                            "p_less", "p_greater_adj", "p_less_adj"))
     rows = rows.with_columns(
@@ -413,7 +440,7 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         .drop("v_rank", "k_rank", "size")
     )
     return Comparison(rows, factor, factor_nodes, method, threshold_pct, alpha, warnings,
-                      base.source, new.source, excluded, outliers)
+                      base.source, new.source, excluded, outliers, k_runs, run_factors)
 
 
 def _mark_explained(rows: pl.DataFrame) -> pl.DataFrame:

@@ -53,7 +53,8 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
             "normalized_change_pct": _num(r["norm_change_pct"]),
             "effect_pct": _num(r["effect_pct"]),
             "effect_ci95_pct": [_num(r["effect_low_pct"]), _num(r["effect_high_pct"])],
-            "floor_pct": _num(r["floor_pct"]), "share_of_step_pct": _num(r["share_pct"]),
+            "floor_pct": _num(r["floor_pct"]), "floor_from": r.get("floor_from"),
+            "share_of_step_pct": _num(r["share_pct"]),
             "p_value": _sig(r["p_less_adj"] if down else r["p_greater_adj"]),
             "p_raw": _sig(r["p_less"] if down else r["p_greater"]),
             "p_adjustment": p_kind,
@@ -66,7 +67,9 @@ def _header(c: Comparison) -> dict[str, Any]:
     return {
         "base": c.base, "new": c.new, "method": c.method, "alpha": c.alpha,
         "threshold_pct": c.threshold_pct, "machine_factor": _num(c.factor, 4),
-        "machine_factor_nodes": c.factor_nodes, "regressions": c.regressions.height,
+        "machine_factor_nodes": c.factor_nodes, "base_runs": c.base_runs,
+        "base_run_factors": [_num(f, 4) for f in c.run_factors],
+        "regressions": c.regressions.height,
         "steps_left_out": c.excluded, "outlier_steps_kept": c.outliers,
         "warnings": c.warnings,
     }
@@ -96,12 +99,22 @@ def effect(r: dict[str, Any]) -> str:
     return f"{_pct(r['effect_pct'])}{ci}"
 
 
+def floor_text(r: dict[str, Any]) -> str:
+    """'floor 60%, size class' or 'floor 62% from 3 base runs' (which floor applied)."""
+    if r["floor_pct"] is None:
+        return ""
+    source = r.get("floor_from") or "size class"
+    joint = ", " if source == "size class" else " from "
+    return f"floor {r['floor_pct']:.0f}%{joint}{source}"
+
+
 def verdict_line(r: dict[str, Any], method: str) -> str:
-    """The one line a reviewer reads: name, medians, change with CI, p and method."""
+    """The one line a reviewer reads: name, medians, change with CI, p, method, floor."""
     p = "" if r["p_value"] is None else f", p = {r['p_value']:.2g}"
     how = "" if r["p_value"] is None else f" ({method.split(' (')[0]}, {r['p_adjustment']})"
+    floor = floor_text(r)
     return (f"{r['name']}: {_fmt(r['base_median_us'])} -> {_fmt(r['new_median_us'])} "
-            f"({effect(r)}){p}{how}")
+            f"({effect(r)}){p}{how}{'; ' + floor if floor else ''}")
 
 
 def compare_text(c: Comparison) -> str:
@@ -114,7 +127,12 @@ def compare_text(c: Comparison) -> str:
                      f"{_fmt(step['base_p90_us'])} -> {_fmt(step['new_p90_us'])}")
     lines.append(f"machine-wide factor {c.factor:.3f} (median over {c.factor_nodes} nodes; "
                  "divided out before judging)")
-    lines.append(f"test: {c.method}, alpha {c.alpha}; effect-size floors by share of step"
+    if c.base_runs >= 2:
+        lines.append(f"base: {c.base_runs} runs (machine factors "
+                     f"{', '.join(f'{f:.3f}' for f in c.run_factors) or 'not divided out'}); "
+                     "each metric's floor from the spread of their medians")
+    floors = "by share of step" if c.base_runs < 2 else f"from {c.base_runs} base runs"
+    lines.append(f"test: {c.method}, alpha {c.alpha}; effect-size floors {floors}"
                  + (f", threshold {c.threshold_pct:g}%" if c.threshold_pct else ""))
     for side, steps in c.outliers.items():
         if steps:
