@@ -335,11 +335,7 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
     """One or several base runs (run dirs or baseline files), each run kept apart."""
     from analyzer.baseruns import merge_runs
 
-    parts = [_samples(p, no_cache, scope_depth, step_range) for p in paths]
-    try:
-        return merge_runs(parts)
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
+    return merge_runs([_samples(p, no_cache, scope_depth, step_range) for p in paths])
 
 
 @main.command()
@@ -382,11 +378,12 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`), or several of them:
-    with 2 or more base runs (separate processes of the same code, 3 recommended) each
-    metric's effect-size floor comes from how far the base runs' own medians spread,
-    instead of a floor per size class. NEW is a run dir or a baseline file. Per-step samples of step time, op time, op types and name scopes are
-    compared with exact one-sided Mann-Whitney U tests (step time and op time on their
-    own; scopes and op types under Benjamini-Hochberg); a regression must be significant
+    with 2 or more base runs (separate processes of the same code, 3 or more recommended)
+    a scope's effect-size floor comes from how far the base runs' own medians spread
+    instead of a floor per size class. NEW is a run dir or a baseline file. Per-step
+    samples of step time, op time, op types and name scopes are compared with exact
+    one-sided Mann-Whitney U tests (step time and op time on their own; scopes and op
+    types under Benjamini-Hochberg); a regression must be significant
     and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
     effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
     Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad

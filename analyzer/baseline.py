@@ -3,8 +3,9 @@
 A baseline decides whether CI fails, so a damaged one must never quietly turn the gate
 off (a NaN median compares false with everything: "result: OK" on a regressed run).
 `load_baseline` therefore checks the whole document against its schema (1: one run, 2:
-several runs kept apart) before using it and refuses anything else with one line naming the file: wrong types, NaN/Infinity,
-numbers out of range, empty metric lists, no step time, deep nesting, unknown versions.
+several runs kept apart) before using it and refuses anything else with one line naming
+the file: wrong types, NaN/Infinity, numbers out of range, empty metric lists, no step
+time, deep nesting, unknown versions, sample ids that name no run.
 """
 
 from __future__ import annotations

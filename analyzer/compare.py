@@ -21,9 +21,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyzer.baseruns import (n_runs, normalize_runs, pooled_node_medians, run_floors,
-                               run_index, run_spread)
 from analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
+from analyzer.baseruns import (
+    n_runs,
+    normalize_runs,
+    pooled_node_medians,
+    run_floors,
+    run_index,
+    run_spread,
+)
 from analyzer.errors import InputFileError
 from analyzer.model import Run
 from analyzer.stats import benjamini_hochberg, hodges_lehmann, mann_whitney_greater, smallest_p
@@ -249,7 +255,8 @@ def _align(base: Samples, new: Samples, kinds: list[str]):
             b[r] = bm[bi[k]]
         if k in ni:
             n[r] = nmx[ni[k]]
-    runs = pl.select(run_index(pl.Series(base_cols, dtype=pl.String)))
+    runs = pl.DataFrame({"sample": base_cols}, schema={"sample": pl.String}).select(
+        run_index(pl.col("sample")))
     return keys, b, n, present_b, present_n, runs.to_series().to_numpy()
 
 
@@ -330,7 +337,8 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         # Several base runs: each metric's floor from the spread of the runs' own medians
         # (analyzer.baseruns), wherever the size class lets the metric be called at all.
         spread = run_spread(b, b_runs)
-        by_runs = run_floors([m[0] for m in keys], spread)
+        by_class = np.array([np.nan if f is None else f for f in floors])
+        by_runs = run_floors([m[0] for m in keys], spread, by_class, share)
         floors = [None if f is None else float(r) for f, r in zip(floors, by_runs,
                                                                    strict=True)]
         floor_from = f"{k_runs} base runs"
@@ -419,9 +427,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         "share_pct": share * 100, "n_base": [nb] * len(keys), "n_new": [nn] * len(keys),
         "verdict": verdicts,
     }, strict=False).with_columns(
-        pl.col(c).fill_nan(None) for c in ("run_spread_pct", "change_pct", "norm_change_pct", "effect_pct",
-                                           "effect_low_pct", "effect_high_pct", "p_greater",
-                                           "p_less", "p_greater_adj", "p_less_adj"))
+        pl.col(c).fill_nan(None) for c in ("run_spread_pct", "change_pct", "norm_change_pct",
+                                           "effect_pct", "effect_low_pct", "effect_high_pct",
+                                           "p_greater", "p_less", "p_greater_adj",
+                                           "p_less_adj"))
     rows = rows.with_columns(
         delta_us=pl.col("norm_median_us").fill_null(0) - pl.col("base_median_us").fill_null(0))
     if by != "all" and "step" not in kinds:

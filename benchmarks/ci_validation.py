@@ -38,10 +38,23 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import analyzer.compare as _gate  # noqa: E402
 from analyzer.compare import Samples, compare, samples_from_run  # noqa: E402
 from analyzer.load import load_run  # noqa: E402
 
+# The size-class floors as shipped (--tune sets the module's floors to 0 to record).
+_CLASS = (dict(_gate.STEP_FLOORS), _gate.SCOPE_FLOORS, _gate.OP_FLOORS)
+
+
+def class_floor(kind: str, share: float, name: str) -> float | None:
+    steps, scopes, ops = _CLASS
+    if kind == "step":
+        return steps.get(name)
+    return next((f for least, f in (ops if kind == "op" else scopes) if share >= least),
+                None)
+
 SLOWDOWNS = (5, 10, 20, 50, 100, 200)
+
 SIZES = (5, 10, 20)
 SEED = 11
 
@@ -172,9 +185,200 @@ def study(name: str, base: list[Samples], wide: list[Samples], resamples: int,
     return out
 
 
+# ----------------------------------------------------------------- several base runs
+
+
+def scopes_over(s: Samples, least_share: float) -> list[str]:
+    """Every depth >= 2 scope of at least `least_share` of the step (median)."""
+    med = s.samples.group_by("kind", "name").agg(pl.col("value_us").median())
+    step = float(med.filter(pl.col("name") == "step time")["value_us"][0])
+    return sorted(med.filter((pl.col("kind") == "scope") & pl.col("name").str.contains("/")
+                             & (pl.col("value_us") >= least_share * step))["name"].to_list())
+
+
+def candidates(result, target: str | None | bool) -> list[tuple]:
+    """With every floor at 0 (--tune): the significant rises a floor rule could call,
+    as (kind, share %, lower end %, run spread %, size-class floor %, is the target)."""
+    rows = result.regressions.filter(pl.col("name") != "step time")
+    out = []
+    for r in rows.iter_rows(named=True):
+        cls = class_floor(r["kind"], r["share_pct"] / 100, r["name"])
+        hit = (r["kind"] == "step") if target is None else (
+            r["kind"] == "scope" and r["name"] == target)
+        out.append((r["kind"], r["effect_low_pct"], r["run_spread_pct"],
+                    None if cls is None else cls * 100, bool(hit and target is not False)))
+    return out
+
+
+def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple[str, str]],
+                k: int, n: int, rng: random.Random, same: int, per_scope: int, step: int,
+                record: list | None = None, label: str = "") -> list[dict]:
+    """Base: k runs of one session (n steps each); new: one run of another session.
+    `pairs` are the (base session, new session) pairs to draw from."""
+    from analyzer.baseruns import merge_runs
+
+    spread_out = label.endswith("sessions")  # one base run from each of k sessions
+    news = sorted({b for _, b in pairs})
+    if spread_out:
+        news = [b for b in news if len({a for a, c in pairs if c == b}) >= k]
+        if not news:
+            return []
+    else:
+        pairs = [(a, b) for a, b in pairs if len(sessions[a]) >= k]
+        if not pairs:
+            return []
+
+    def draw():
+        if spread_out:
+            b = rng.choice(news)
+            picks = [rng.choice(sessions[a]) for a in
+                     rng.sample(sorted({a for a, c in pairs if c == b}), k)]
+        else:
+            a, b = rng.choice(pairs)
+            picks = rng.sample(sessions[a], k)
+        base = merge_runs([subset(r, n, rng) for r in picks])
+        new_run = rng.choice(sessions[b])
+        return base, subset(new_run, n, rng), new_run
+
+    out = []
+    alarms, first = 0, None
+    for _ in range(same):
+        base, new, _ = draw()
+        r = compare(base, new)
+        if record is not None:
+            record.append((name, label, k, n, "same", candidates(r, False)))
+        if r.regressions.height:
+            alarms += 1
+            first = first or r.regressions.select("kind", "name", "effect_pct",
+                                                  "floor_pct").row(0)
+    out.append({"set": label, "model": name, "k": k, "n": n, "case": "same config",
+                "draws": same, "exit 1": alarms, "rate": alarms / same,
+                "example": str(first) if first else ""})
+    scopes = sorted({sc for runs in sessions.values() for r in runs
+                     for sc in scopes_over(r, 0.05)})
+    per: dict[str, int] = {}
+    for scope in scopes:
+        per[scope] = 0
+        for _ in range(per_scope):
+            base, new, _ = draw()
+            r = compare(base, inject(new, scope, 100))
+            if record is not None:
+                record.append((name, label, k, n, f"2x {scope}", candidates(r, scope)))
+            per[scope] += called(r, scope)
+    worst = min(per, key=lambda s: per[s])
+    total = sum(per.values())
+    out.append({"set": label, "model": name, "k": k, "n": n,
+                "case": f"2x scope of >= 5% ({len(scopes)} scopes)",
+                "draws": per_scope * len(scopes), "exit 1": total,
+                "rate": total / (per_scope * len(scopes)),
+                "example": f"worst {worst} {per[worst]}/{per_scope}"})
+    hits = 0
+    for _ in range(step):
+        base, new, _ = draw()
+        r = compare(base, inject(new, None, 30))
+        if record is not None:
+            record.append((name, label, k, n, "step", candidates(r, None)))
+        hits += called(r, None)
+    out.append({"set": label, "model": name, "k": k, "n": n,
+                "case": "step +30% (op work)", "draws": step, "exit 1": hits,
+                "rate": hits / step, "example": ""})
+    print(f"  {label} {name} k={k} n={n}: " + "; ".join(
+        f"{o['case']} {o['exit 1']}/{o['draws']}" for o in out), flush=True)
+    return out
+
+
+def _passes(c: tuple, k: int, margin: float, least: float) -> bool:
+    kind, low, spread, cls, _ = c
+    if cls is None or low is None:
+        return False
+    if k < 2:
+        return low >= cls
+    # op time: 10%; op types and metrics of 1-3% (class floor 120%): their class floor
+    least = 10.0 if kind == "step" else cls if (cls >= 100 or kind == "op") else least
+    floor = max(least, margin * spread)
+    return low >= floor
+
+
+def tune(record: list, margins: list[float], mins: list[float]) -> pl.DataFrame:
+    """Rates of each (spread multiple, scope/op minimum) floor rule over the draws."""
+    rows = []
+    for margin in margins:
+        for least in mins:
+            for model, label, k, n, case, cands in record:
+                called_ = [c for c in cands if _passes(c, k, margin, least)]
+                hit = any(c[4] for c in called_) if case != "same" else bool(called_)
+                rows.append({"margin": margin, "min": least, "model": model, "set": label,
+                             "k": k, "n": n, "case": case, "hit": hit})
+    keys = ["margin", "min", "set", "model", "k", "n"]
+    d = pl.DataFrame(rows)
+    per = d.group_by(*keys, "case").agg(rate=pl.col("hit").mean())
+    scope = pl.col("case").str.starts_with("2x ")
+    return (d.with_columns(case=pl.when(scope).then(pl.lit("2x")).otherwise("case"))
+            .group_by(*keys, "case").agg(rate=pl.col("hit").mean().round(3))
+            .pivot(on="case", index=keys, values="rate")
+            .join(per.filter(scope).group_by(keys).agg(
+                worst_2x=pl.col("rate").min().round(3),
+                worst_scope=pl.col("case").sort_by("rate").first().str.slice(3)), on=keys)
+            .sort("set", "model", "k", "n", "margin", "min"))
+
+
+def run_sessions(args) -> None:
+    """--sessions: base = k runs of one session, new = a run of another session."""
+    import analyzer.baseruns as runs_rule
+
+    if args.tune:  # every floor at 0: record what each floor rule would call
+        runs_rule.RUN_SPREAD_X = 0.0
+        runs_rule.RUN_FLOOR_MIN = {"step": 0.0, "scope": 0.0}
+        import analyzer.compare as gate
+        gate.SCOPE_FLOORS = ((0.10, 0.0), (0.03, 0.0), (gate.NOISE_FLOOR, 0.0))
+        gate.OP_FLOORS = gate.SCOPE_FLOORS
+        gate.STEP_FLOORS = {gate.STEP_TIME: 0.0, gate.OP_TIME: 0.0}
+    print(f"several base runs: floor {runs_rule.RUN_SPREAD_X} x spread, minimum "
+          f"{runs_rule.RUN_FLOOR_MIN}")
+    labels = [s.split("=")[0] for s in args.sessions]
+    dirs = dict(s.split("=", 1) for s in args.sessions)
+    held = set(args.held_out or [])
+    results, record = [], []
+    for name, prefix in (("transformer", "tf_base"), ("mlp", "mlp_base")):
+        if args.models and name not in args.models:
+            continue
+        sessions = {lab: load(Path(dirs[lab]), prefix) for lab in labels}
+        every = [(a, b) for a in labels for b in labels if a != b]
+        sets = {"choice": [p for p in every if not (set(p) & held)],
+                "held out": [p for p in every if set(p) & held],
+                # CI keeps the last k main-branch runs: base runs of k other sessions
+                "held out, base from k sessions": [p for p in every if p[1] in held]}
+        for label, pairs in sets.items():
+            if args.set and label != args.set:
+                continue
+            for n in args.sizes:
+                for k in args.k:
+                    rng = random.Random(SEED + 1000 * k + n)
+                    results += multi_study(name, sessions, pairs, k, n, rng, args.same,
+                                           args.per_scope, args.step_draws,
+                                           record if args.tune else None, label)
+    if args.tune:
+        import pickle
+
+        args.tune.with_suffix(".pkl").write_bytes(pickle.dumps(record))
+        t = tune(record, args.margins, args.mins)
+        t.write_csv(args.tune)
+        print(f"tuning grid -> {args.tune}")
+        with pl.Config(tbl_rows=500, tbl_width_chars=200, tbl_cols=20):
+            print(t)
+        return
+    table = pl.DataFrame(results).with_columns(pl.col("rate").round(3))
+    print(table)
+    print("| set | model | base runs | steps a side | case | draws | exit 1 | rate | note |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---|")
+    for r in table.iter_rows(named=True):
+        print(f"| {r['set']} | {r['model']} | {r['k']} | {r['n']} | {r['case']} | "
+              f"{r['draws']} | {r['exit 1']} | {r['rate']:.1%} | {r['example']} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("capture", type=Path)
+    ap.add_argument("capture", type=Path, nargs="?")
     ap.add_argument("--floors", action="store_true", help="only the run-to-run variation")
     ap.add_argument("--resamples", type=int, default=4,
                     help="same-config draws per ordered pair of runs")
@@ -192,8 +396,33 @@ def main() -> None:
                     help="try other op type floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
     ap.add_argument("--step-floors", type=float, nargs=2, metavar=("STEP", "OP"),
                     help="try other step time / op time floors (%%)")
+    ap.add_argument("--sessions", nargs="+", metavar="LABEL=DIR",
+                    help="several base runs: capture sessions; base = k runs of one "
+                         "session, new = one run of another")
+    ap.add_argument("--held-out", nargs="*", metavar="LABEL",
+                    help="sessions held out: pairs touching them form the held-out set")
+    ap.add_argument("--set", choices=["choice", "held out", "held out, base from k sessions"],
+                    default=None)
+    ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 4],
+                    help="base runs per comparison")
+    ap.add_argument("--same", type=int, default=240, help="same-config draws")
+    ap.add_argument("--per-scope", type=int, default=10,
+                    help="draws per scope of >= 5%% made 2x slower")
+    ap.add_argument("--step-draws", type=int, default=100, help="draws of a 30%% slower step")
+    ap.add_argument("--tune", type=Path, default=None, metavar="CSV",
+                    help="record the draws with every floor at 0 and write the rates of "
+                         "each --margins x --mins rule")
+    ap.add_argument("--margins", type=float, nargs="+", default=[1, 1.5, 2, 3],
+                    help="multiples of the base runs' spread to try (--tune)")
+    ap.add_argument("--mins", type=float, nargs="+", default=[20, 30, 40, 60],
+                    help="scope/op type floor minimums to try, %% (--tune)")
     args = ap.parse_args()
     started = time.monotonic()
+    if args.sessions:
+        run_sessions(args)
+        print(f"done in {time.monotonic() - started:.0f}s")
+        return
     import analyzer.compare as gate
 
     if args.scope_floors:
