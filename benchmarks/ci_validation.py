@@ -20,8 +20,17 @@ process, started about a minute apart, 30 traced steps each.
   normalized Hodges-Lehmann change (p95, p99, max) and the largest lower end of its 95%
   interval, by the metric's share of the step.
 
+- `--sessions LABEL=DIR ...` (several base runs, analyzer.baseruns): base = k runs of
+  one capture session (n steps each), new = one run of another session; same-config
+  false alarms, every depth >= 2 scope of >= 5% of the step made 2x slower, and a step
+  30% slower through op work. `--held-out` names the sessions kept out of the choice;
+  `--set` picks choice / held out / held out with the k base runs from k sessions;
+  `--tune CSV` records the draws with every floor at 0 and rates a grid of floor rules.
+
 usage: python benchmarks/ci_validation.py CAPTURE_DIR [--floors] [--resamples 4]
        [--draws 40] [--sizes 5 10 20] [--spike-cap 1.5] [--scope-floors ...]
+       python benchmarks/ci_validation.py --sessions A=DIR B=DIR ... [--held-out B ...]
+       [--set choice] [--k 1 2 3 4] [--sizes 10] [--tune CSV]
 """
 
 from __future__ import annotations
