@@ -121,17 +121,25 @@ def is_gputrace_device(device: str) -> bool:
 
 def split_runs(events: list[Event], lanes: dict[int, str]) -> list[list[Event]]:
     """The Compute "X" events of each session.run, in file order: a run's events come in
-    increasing pid order, so a new run starts where the pid goes down. When the pieces
-    overlap in time they are not runs one after the other: one run, then."""
+    increasing pid order, so a new run starts where the pid goes down. With one lane the
+    pid never goes down: there a new run starts where the run's first node (`_SOURCE`, a
+    feed) runs again on its lane after every event so far has ended (a while loop's nodes
+    repeat, but never a run's first node). When the pieces overlap in time they are not
+    runs one after the other: one run, then."""
     runs: list[list[Event]] = []
     last_pid = None
+    first: tuple[Any, Any] = (None, None)
+    end = 0
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or e.get("pid") not in lanes:
             continue
-        if last_pid is None or e["pid"] < last_pid:
+        if (last_pid is None or e["pid"] < last_pid
+                or ((e["pid"], e["args"]["name"]) == first and e["ts"] >= end)):
             runs.append([])
+            first = (e["pid"], e["args"]["name"])
         runs[-1].append(e)
         last_pid = e["pid"]
+        end = max(end, e["ts"] + e["dur"])
     for prev, nxt in itertools.pairwise(runs):
         if min(e["ts"] for e in nxt) <= max(e["ts"] + e["dur"] for e in prev):
             return [[e for run in runs for e in run]]
