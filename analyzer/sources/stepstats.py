@@ -45,6 +45,8 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
             partition.setdefault(hashlib.blake2b(g, digest_size=16).digest(), bytes(g))
     parts = [p for p in parts if p.nodes.height]
     if not parts:
+        if len(steps) == 1 and len(warnings) == 1:  # one file: its own problem, said once
+            raise InputFileError(warnings[0])
         raise RunDirError(f"{where}: no readable RunMetadata ({len(warnings)} skipped; "
                           f"first: {warnings[0] if warnings else 'none'})")
     graph_frames = []
