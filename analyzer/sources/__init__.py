@@ -110,6 +110,15 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
     for source in sources:
         if source.accepts(p):
             return source
+    if p.is_file():  # a damaged copy of a profile: say how it was damaged, not what we read
+        from analyzer.sources import damage
+        try:
+            with p.open("rb") as f:
+                why = damage.hint(f.read(65536))
+        except OSError:
+            why = ""
+        if why:
+            raise RunDirError(f"{p}: not a profile runlens reads{why}")
     raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
                       + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
 

@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from analyzer import ingest, schema
 from analyzer.errors import InputFileError, RunDirError
+from analyzer.sources import damage
 
 # (global step, serialized RunMetadata, what to call it in messages)
 StepBytes = tuple[int, bytes, str]
@@ -36,7 +37,8 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
             try:
                 stats, step_graphs = ingest.split_run_metadata(raw)
             except DecodeError as e:
-                raise InputFileError(f"{name}: not a readable RunMetadata ({e})") from None
+                raise InputFileError(f"{name}: not a readable RunMetadata ({e})"
+                                     + damage.hint(raw)) from None
             parts.append(ingest.walk_step_bytes(stats, step, name))
         except InputFileError as e:
             warnings.append(str(e))
