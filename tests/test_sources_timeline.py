@@ -184,3 +184,16 @@ def test_one_lane_runs_merged_into_one_file_are_split_into_their_steps(tmp_path)
     steps = dict(zip([1, 2, 3], folder.steps, strict=True))
     renumbered = run.nodes.with_columns(pl.col("step").replace_strict(steps))
     assert_frame_equal(renumbered.sort("step", "exec_idx"), _sorted_nodes(folder))
+
+
+def test_compare_reads_lone_timeline_files_as_runs_not_as_baselines(tmp_path):
+    """`analyze compare BASE NEW` with tf.timeline .json files: they were taken for
+    baseline files (also .json) and failed with "invalid baseline" (exit 2)."""
+    copy = tmp_path / "timeline-3.json"
+    shutil.copy(HOOK / "timeline-3.json", copy)
+    result = run_cli(["compare", HOOK / "timeline-3.json", copy, "--no-cache"])
+    assert "invalid baseline" not in result.output
+    assert "result: ok" in result.output.lower()
+    baseline = tmp_path / "base.json"
+    run_cli(["baseline", "save", HOOK / "timeline-3.json", "-o", baseline, "--no-cache"])
+    assert "result: ok" in run_cli(["compare", baseline, copy, "--no-cache"]).output.lower()
