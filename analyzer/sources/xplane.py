@@ -120,11 +120,13 @@ def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)
 
 
-def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
-              ) -> SourceFrames:
+def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2,
+              planes: list[Plane] | None = None) -> SourceFrames:
     """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
-    False walks it with protobuf (the C decoder's oracle in tests)."""
-    planes = planes_of(path, native)
+    False walks it with protobuf (the C decoder's oracle in tests). `planes`: the
+    file's planes when another source made them (sources/tracejson.py)."""
+    if planes is None:
+        planes = planes_of(path, native)
     try:
         ops, extra = read_planes(planes, jobs)
     except (ValueError, DecodeError) as e:  # a malformed line or event inside the planes
