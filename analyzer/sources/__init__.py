@@ -37,7 +37,8 @@ Progress = Callable[[int, int], None]
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
 # xplane goes before the sources that open a file to recognize it: it goes by file name.
-SOURCES: tuple[str, ...] = ("rundir", "xplane", "timeline", "runmetadata", "events", "tfprof")
+SOURCES: tuple[str, ...] = ("rundir", "xplane", "tracejson", "timeline", "runmetadata", "events",
+                            "tfprof")
 
 
 @dataclass(frozen=True)

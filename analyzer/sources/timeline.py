@@ -74,7 +74,9 @@ def _head(path: Path, size: int = 4096) -> bytes:
 def _looks_like_timeline(path: Path) -> bool:
     """A Chrome trace whose first processes are tf.timeline's (cheap: the first 4 KiB)."""
     head = _head(path)
-    return b"traceEvents" in head and (b"Compute" in head or b"Allocators" in head)
+    # Process names "<device> Compute" / "Allocators" (not a thread "tf_Compute/..." of a
+    # profile plugin trace, which sources/tracejson.py reads).
+    return b"traceEvents" in head and (b' Compute"' in head or b'"Allocators"' in head)
 
 
 def load_events(path: str | Path) -> list[Event]:
