@@ -197,3 +197,18 @@ def test_compare_reads_lone_timeline_files_as_runs_not_as_baselines(tmp_path):
     baseline = tmp_path / "base.json"
     run_cli(["baseline", "save", HOOK / "timeline-3.json", "-o", baseline, "--no-cache"])
     assert "result: ok" in run_cli(["compare", baseline, copy, "--no-cache"]).output.lower()
+
+
+def test_a_timeline_of_an_untraced_step_says_so(tmp_path):
+    """tf.timeline of a RunMetadata without step stats writes only the "Allocators"
+    process (as the public shiyudian/resnet-tf-dist-1 timeline_cifar10.json)."""
+    pytest.importorskip("tensorflow", reason="the real tf.timeline writes it (dev extra)")
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.client import timeline
+
+    empty = tmp_path / "timeline-1.json"
+    empty.write_text(timeline.Timeline(config_pb2.RunMetadata().step_stats)
+                     .generate_chrome_trace_format())
+    result = run_cli(["summary", empty, "--no-cache"], expect_exit=2)
+    assert result.output.count("\n") == 1
+    assert "a tf.timeline of a step with no traced ops" in result.output

@@ -262,6 +262,11 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
     try:
         lanes, ops = lanes_and_ops(events)
         if not lanes:
+            if any(isinstance(e, dict) and e.get("ph") == "M"
+                   and (e.get("args") or {}).get("name") == "Allocators" for e in events):
+                raise InputFileError(f"{path}: a tf.timeline of a step with no traced ops "
+                                     "(no '<device> Compute' process: was the step run "
+                                     "with trace_level=FULL_TRACE?)")
             raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
                                  "process)")
         if one_step:  # one session.run: its lanes in pid order, as dev_stats were
