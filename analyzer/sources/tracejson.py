@@ -32,7 +32,7 @@ from analyzer.errors import InputFileError, RunDirError
 from analyzer.proto import xplane_pb2
 from analyzer.sources import Part, Progress, Selection, SourceFrames, damage
 from analyzer.sources.xplane import SUFFIX as XPLANE_SUFFIX
-from analyzer.sources.xplane import read_file
+from analyzer.sources.xplane import profile_runs, read_file
 from analyzer.sources.xplane_wire import Plane
 
 SUFFIXES = (".trace.json.gz", ".trace.json")
@@ -70,10 +70,10 @@ def trace_files(path: Path) -> list[Path]:
     direct = _trace_files(path)
     if direct:
         return direct
-    root = path / "plugins" / "profile"
-    if not root.is_dir():
+    try:
+        runs = profile_runs(path, ".trace.json.gz")
+    except RunDirError:  # several runs with profiles: the xplane source says so
         return []
-    runs = sorted(p for p in root.iterdir() if p.is_dir() and _trace_files(p))
     if not runs or any(runs[-1].glob(f"*{XPLANE_SUFFIX}")):
         return []
     return _trace_files(runs[-1])
