@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import polars as pl
+import pytest
 from google.protobuf import text_format
 from polars.testing import assert_frame_equal
 
@@ -134,3 +135,16 @@ def test_views_and_advice_on_loose_and_event_files():
             assert "MatMul" in run_cli([kind, path, "--no-cache"]).output or kind != "ops"
         advice = run_cli(["advise", path, "--no-cache"]).output
         assert "lacks code" in advice
+
+
+def test_tf2_summary_event_files_point_at_the_profile(tmp_path):
+    """TF2 (Keras's TensorBoard callback, tf.summary) writes `...v2` event files with
+    summaries only; asked to read one, say where a TF2 profile is."""
+    tf = pytest.importorskip("tensorflow", reason="writes a real TF2 event file (dev extra)")
+    with tf.summary.create_file_writer(str(tmp_path)).as_default():
+        tf.summary.scalar("loss", 0.5, step=1)
+    (written,) = tmp_path.glob("events.out.tfevents.*.v2")
+    for path in (written, tmp_path):
+        result = run_cli(["summary", path, "--no-cache"], expect_exit=2)
+        assert result.output.count("\n") == 1
+        assert "TF2 event files hold summaries, not traces" in result.output
