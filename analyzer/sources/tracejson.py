@@ -1,7 +1,7 @@
 """TensorBoard profile plugin traces: `<host>.trace.json.gz` (or `.trace.json`), the
-trace viewer's JSON that xprof / the profile plugin makes from an XSpace; what a TF 2.2
-profile run folder holds without a `.xplane.pb`, and what users download from the trace
-viewer.
+trace viewer's JSON that xprof / the profile plugin makes from an XSpace; what older
+profile runs hold beside or instead of a `.xplane.pb`, and what users download from the
+trace viewer.
 
 The JSON is the XSpace drawn as a Chrome trace (xprof's trace viewer conversion): one
 process per plane (`/host:CPU`, `/device:GPU:0`, ...), one thread per line, one "X"
