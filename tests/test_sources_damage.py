@@ -56,3 +56,26 @@ def test_no_committed_binary_fixture_looks_damaged():
     files = [p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix in ("", ".pb")]
     assert len(files) > 20
     assert [p for p in files if damage.hint(Path(p).read_bytes()[:65536])] == []
+
+
+@pytest.mark.parametrize(("plain", "name", "kind"), [
+    (FIXTURES / "sources/profilerhook/timeline-3.json", "timeline-3.json.gz", "timeline"),
+    (FIXTURES / "tracejson/keras_fit/plugins/profile/run1/worker0.trace.json.gz",
+     "host.trace.json.gz", "tracejson"),
+])
+def test_a_damaged_gzip_is_one_line_not_an_internal_error(plain, name, kind, tmp_path):
+    """Bytes flipped inside the deflate stream raise zlib.error (not an OSError): it
+    was exit 3 ("internal error") for .json.gz timelines and trace viewer files."""
+    import gzip
+
+    raw = plain.read_bytes()
+    packed = raw if plain.suffix == ".gz" else gzip.compress(raw, mtime=0)
+    for at in range(len(packed) // 4, len(packed) - 16, len(packed) // 9):
+        bad = tmp_path / str(at) / name
+        bad.parent.mkdir()
+        data = bytearray(packed)
+        data[at] ^= 0xFF
+        bad.write_bytes(bytes(data))
+        for args in (["summary", bad], ["ops", "--source", kind, bad]):
+            result = run_cli([*args, "--no-cache"], expect_exit=2)
+            assert result.output.count("\n") == 1 and str(bad) in result.output

@@ -31,6 +31,7 @@ import gzip
 import itertools
 import json
 import re
+import zlib
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def _head(path: Path, size: int = 4096) -> bytes:
         opener = gzip.open if path.name.lower().endswith(".gz") else open
         with opener(path, "rb") as f:
             return f.read(size)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return b""
 
 
@@ -84,15 +85,16 @@ def load_events(path: str | Path) -> list[Event]:
     path = Path(path)
     try:
         raw = path.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
         if path.name.lower().endswith(".gz"):
             raw = gzip.decompress(raw)
         try:
             data = _fast_loads(raw)
         except ValueError:  # json's message, and what json accepts (NaN, UTF-16)
             data = json.loads(raw)
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (ValueError, EOFError) as e:
+    except (ValueError, EOFError, OSError, zlib.error) as e:  # OSError: BadGzipFile
         raise InputFileError(f"{path}: not a tf.timeline trace (not JSON: {e})") from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def _head(path: Path) -> bytes:
                 return f.read(4096)
         with path.open("rb") as f:
             return f.read(4096)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # a damaged gzip: not ours, as far as we see
         return b""
 
 
@@ -91,15 +92,15 @@ def load(path: Path) -> list[dict[str, Any]]:
     """The trace events; InputFileError naming the file when it is not such a trace."""
     try:
         raw = path.read_bytes()
-        if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        try:
-            data = _fast_loads(raw)
-        except ValueError:
-            data = json.loads(raw)
     except OSError as e:
         raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (ValueError, EOFError) as e:
+    try:
+        text = gzip.decompress(raw) if path.name.endswith(".gz") else raw
+        try:
+            data = _fast_loads(text)
+        except ValueError:
+            data = json.loads(text)
+    except (ValueError, EOFError, OSError, zlib.error) as e:  # OSError: BadGzipFile
         raise InputFileError(f"{path}: not a trace viewer JSON ({e})"
                              + damage.hint(raw[:65536])) from None
     events = data.get("traceEvents") if isinstance(data, dict) else None
