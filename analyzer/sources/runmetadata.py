@@ -6,7 +6,7 @@ with any names, with an optional GraphDef beside (binary or text; a file whose n
 
 Which file is which is told by content: text files by their first field (`step_stats` /
 `node`), binary files by parsing (a RunMetadata's step stats name devices "/..."), or by
-name ("run_metadata", "metadata": so a damaged one is reported, not silently passed by). A
+name ("run_metadata", "run-meta..."): so a damaged one is reported, not passed by. A
 file's step is the last number in its name (in file order when it has none, or when two
 names give the same number). Not in these files: the code traces of tfprof's op log
 (`lacks`), and the graph when none is beside and the steps hold no partition graphs.
@@ -30,7 +30,7 @@ _NUMBER_RE = re.compile(r"(\d+)")
 _TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")
 # A binary file named like this is taken for RunMetadata even when it does not parse, so
 # that a truncated or damaged one is reported (one line naming it) instead of ignored.
-_NAMED_RUN_METADATA = re.compile(r"run[_-]?meta|metadata")
+_NAMED_RUN_METADATA = re.compile(r"run[_-]?meta")  # not "metadata": keras_metadata.pb
 
 
 def _has_suffix(path: Path) -> bool:
