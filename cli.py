@@ -55,7 +55,8 @@ def main() -> None:
     Reads a run directory written by runlens's capture hook (raw RunMetadata of traced
     steps, graph.pb, op_log.pb) without TensorFlow, and tells where the time and memory
     went. RUN_DIR may also be a directory of run dirs, one per worker, or a profile
-    another tool wrote: tf.timeline / ProfilerHook JSON, a tfprof profile, RunMetadata
+    another tool wrote: TF2/JAX .xplane.pb or a TensorBoard logdir, the profile plugin's
+    trace.json.gz, tf.timeline / ProfilerHook JSON, a tfprof profile, RunMetadata
     .pb/.pbtxt files, TensorBoard event files (detected; --source KIND forces one;
     docs/sources.md).
 

@@ -30,7 +30,7 @@ from analyzer.baseruns import (
     run_index,
     run_spread,
 )
-from analyzer.errors import InputFileError
+from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run
 from analyzer.stats import benjamini_hochberg, hodges_lehmann, mann_whitney_greater, smallest_p
 from analyzer.steps import step_times
@@ -150,11 +150,20 @@ def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
 
 
 def is_baseline_file(path: Path) -> bool:
-    """A .json file (a baseline); InputFileError when the path cannot even be looked at."""
+    """A .json file that no source reads as a profile (a tf.timeline trace is a .json
+    too); InputFileError when the path cannot even be looked at."""
+    from analyzer.sources import detect
+
     try:
-        return path.is_file() and path.suffix == ".json"
+        if not (path.is_file() and path.suffix == ".json"):
+            return False
     except OSError as e:  # a folder on the way that we may not search
         raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        detect(path)
+    except RunDirError:
+        return True
+    return False
 
 
 # ----------------------------------------------------------------------------- warm-up

@@ -29,7 +29,9 @@ FILES = [(SRC / "profilerhook" / "timeline-3.json", "timeline"),
          (SRC / "runmetadata" / "run_metadata_1.pb", "runmetadata"),
          (SRC / "runmetadata" / "run_metadata_2.pbtxt", "runmetadata"),
          (SRC / "profilerhook" / "events.out.tfevents.0.fixture", "events"),
-         (SRC / "tfprof" / "profile_4", "tfprof")]
+         (SRC / "tfprof" / "profile_4", "tfprof"),
+         (ROOT / "fixtures" / "tracejson" / "keras_fit" / "plugins" / "profile" / "run1"
+          / "worker0.trace.json.gz", "tracejson")]
 
 
 def mutate(raw: bytes, i: int, rng: random.Random) -> bytes:

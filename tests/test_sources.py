@@ -16,6 +16,7 @@ from analyzer.sources import SOURCES, Selection, detect, registered
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 SRC = ROOT / "fixtures" / "sources"
+TRACES = ROOT / "fixtures" / "tracejson" / "keras_fit"
 # (what to copy, the path inside the copy to read, the kind it is)
 CASES = [
     (FIXTURES / "mlp", ".", "rundir"),
@@ -26,6 +27,8 @@ CASES = [
     (SRC / "profilerhook", "events.out.tfevents.0.fixture", "events"),
     (SRC / "tfprof", ".", "tfprof"),
     (SRC / "tfprof", "profile_4", "tfprof"),
+    (TRACES, ".", "tracejson"),
+    (TRACES / "plugins" / "profile" / "run1", "worker0.trace.json.gz", "tracejson"),
 ]
 
 
@@ -78,6 +81,7 @@ TRUNCATED = [
     (SRC / "runmetadata" / "run_metadata_2.pbtxt", "runmetadata", 2),
     (SRC / "profilerhook" / "events.out.tfevents.0.fixture", "events", 0),  # earlier records
     (SRC / "tfprof" / "profile_4", "tfprof", 2),
+    (TRACES / "plugins" / "profile" / "run1" / "worker0.trace.json.gz", "tracejson", 2),
 ]
 
 

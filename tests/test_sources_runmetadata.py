@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import polars as pl
+import pytest
 from google.protobuf import text_format
 from polars.testing import assert_frame_equal
 
@@ -108,9 +109,42 @@ def test_a_bad_file_among_loose_ones_is_skipped_with_one_line(tmp_path):
     assert "junk.pb" in result.output and result.output.count("\n") == 1
 
 
+def test_a_truncated_binary_run_metadata_is_reported_not_passed_by(tmp_path):
+    """A binary RunMetadata cut short (a copy that did not finish) does not parse, so its
+    content cannot tell what it is; its name does. In a folder it is one warning (it was
+    silently left out before); alone it is one line and exit 2 (it was "not a profile
+    runlens reads")."""
+    folder = tmp_path / "loose"
+    shutil.copytree(LOOSE, folder)
+    raw = (LOOSE / "run_metadata_1.pb").read_bytes()
+    (folder / "run_metadata_3.pb").write_bytes(raw[: len(raw) // 2])
+    result = run_cli(["summary", folder, "--no-cache"])
+    assert "run_metadata_3.pb: not a readable RunMetadata (truncated" in result.output
+    assert "steps      2 (1-2)" in result.output
+    result = run_cli(["summary", folder / "run_metadata_3.pb", "--no-cache"], expect_exit=2)
+    assert result.output.count("\n") == 1
+    assert "run_metadata_3.pb: not a readable RunMetadata (truncated" in result.output
+    other = folder / "saved_model.pb"  # a .pb that is not named as RunMetadata: not ours
+    other.write_bytes(raw[:100])
+    assert "saved_model.pb" not in run_cli(["summary", folder, "--no-cache"]).output
+
+
 def test_views_and_advice_on_loose_and_event_files():
     for path in (LOOSE, EVENTS):
         for kind in ("ops", "scopes", "graph"):
             assert "MatMul" in run_cli([kind, path, "--no-cache"]).output or kind != "ops"
         advice = run_cli(["advise", path, "--no-cache"]).output
         assert "lacks code" in advice
+
+
+def test_tf2_summary_event_files_point_at_the_profile(tmp_path):
+    """TF2 (Keras's TensorBoard callback, tf.summary) writes `...v2` event files with
+    summaries only; asked to read one, say where a TF2 profile is."""
+    tf = pytest.importorskip("tensorflow", reason="writes a real TF2 event file (dev extra)")
+    with tf.summary.create_file_writer(str(tmp_path)).as_default():
+        tf.summary.write("loss", tf.constant(0.5), step=1)  # scalar() needs tensorboard
+    (written,) = tmp_path.glob("events.out.tfevents.*.v2")
+    for path in (written, tmp_path):
+        result = run_cli(["summary", path, "--no-cache"], expect_exit=2)
+        assert result.output.count("\n") == 1
+        assert "TF2 event files hold summaries, not traces" in result.output

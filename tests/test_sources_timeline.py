@@ -162,3 +162,53 @@ def test_gzipped_timelines_read_as_the_plain_ones(tmp_path):
     assert detect(folder).kind == "timeline"
     assert_frame_equal(_sorted_nodes(load_run(folder, use_cache=False)),
                        _sorted_nodes(load_run(HOOK, use_cache=False)))
+
+
+def test_one_lane_runs_merged_into_one_file_are_split_into_their_steps(tmp_path):
+    """Merging session.runs into one trace, as users do (keep the first run's whole trace,
+    append every later run's "ts" events, as in the public ikhlestov/tensorflow_profiling
+    example): on a CPU-only run there is one Compute lane, so the pid never goes down; the
+    runs are still found (each starts with its first node, `_SOURCE`, after the last run
+    ended) and equal the ProfilerHook files they were merged from."""
+    files = [HOOK / f"timeline-{s}.json" for s in (2, 3, 4)]
+    merged = json.loads(files[0].read_text())
+    for f in files[1:]:
+        merged["traceEvents"] += [e for e in json.loads(f.read_text())["traceEvents"]
+                                  if "ts" in e]
+    target = tmp_path / "merged_runs.json"
+    target.write_text(json.dumps(merged))
+    run = load_run(target, use_cache=False)
+    folder = load_run(HOOK, use_cache=False)
+    assert len({lane for lane in run.nodes["lane"]}) == 1
+    assert run.steps == [1, 2, 3]
+    steps = dict(zip([1, 2, 3], folder.steps, strict=True))
+    renumbered = run.nodes.with_columns(pl.col("step").replace_strict(steps))
+    assert_frame_equal(renumbered.sort("step", "exec_idx"), _sorted_nodes(folder))
+
+
+def test_compare_reads_lone_timeline_files_as_runs_not_as_baselines(tmp_path):
+    """`analyze compare BASE NEW` with tf.timeline .json files: they were taken for
+    baseline files (also .json) and failed with "invalid baseline" (exit 2)."""
+    copy = tmp_path / "timeline-3.json"
+    shutil.copy(HOOK / "timeline-3.json", copy)
+    result = run_cli(["compare", HOOK / "timeline-3.json", copy, "--no-cache"])
+    assert "invalid baseline" not in result.output
+    assert "result: ok" in result.output.lower()
+    baseline = tmp_path / "base.json"
+    run_cli(["baseline", "save", HOOK / "timeline-3.json", "-o", baseline, "--no-cache"])
+    assert "result: ok" in run_cli(["compare", baseline, copy, "--no-cache"]).output.lower()
+
+
+def test_a_timeline_of_an_untraced_step_says_so(tmp_path):
+    """tf.timeline of a RunMetadata without step stats writes only the "Allocators"
+    process (as the public shiyudian/resnet-tf-dist-1 timeline_cifar10.json)."""
+    pytest.importorskip("tensorflow", reason="the real tf.timeline writes it (dev extra)")
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.client import timeline
+
+    empty = tmp_path / "timeline-1.json"
+    empty.write_text(timeline.Timeline(config_pb2.RunMetadata().step_stats)
+                     .generate_chrome_trace_format())
+    result = run_cli(["summary", empty, "--no-cache"], expect_exit=2)
+    assert result.output.count("\n") == 1
+    assert "a tf.timeline of a step with no traced ops" in result.output

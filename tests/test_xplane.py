@@ -14,7 +14,7 @@ import pytest
 from analyzer.errors import RunDirError
 from analyzer.load import load_run
 from analyzer.sources import detect
-from analyzer.sources.xplane import SOURCE, xplane_files
+from analyzer.sources.xplane import xplane_files
 from analyzer.sources.xplane_read import parse_op_name, self_times
 from tests.conftest import run_cli
 from tests.xplane_run import CAPTURED, FIXTURES, GPU_XPLANE, fixture_file, xplane_run
@@ -38,7 +38,10 @@ def test_accepts_a_file_a_run_folder_and_a_logdir(tmp_path: Path) -> None:
     assert detect(path).kind == "xplane"
     assert detect(path.parent).kind == "xplane"
     assert detect(FIXTURES / "tf_function").kind == "xplane"
-    assert not SOURCE.accepts(FIXTURES)  # a folder of logdirs is none of the three
+    # A folder of logdirs (TensorBoard runs with profiles) is none of the three: it is
+    # taken as a logdir whose runs below hold profiles, and asks which one.
+    with pytest.raises(RunDirError, match="several TensorBoard runs .*keras_fit"):
+        xplane_files(FIXTURES)
 
 
 def test_a_logdir_reads_its_newest_run_unless_one_is_named(tmp_path: Path) -> None:

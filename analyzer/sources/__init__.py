@@ -37,7 +37,8 @@ Progress = Callable[[int, int], None]
 # Detection order: the first source that accepts a path reads it. Each entry is a module
 # of this package that defines SOURCE (an object with the Source protocol).
 # xplane goes before the sources that open a file to recognize it: it goes by file name.
-SOURCES: tuple[str, ...] = ("rundir", "xplane", "timeline", "runmetadata", "events", "tfprof")
+SOURCES: tuple[str, ...] = ("rundir", "xplane", "tracejson", "timeline", "runmetadata", "events",
+                            "tfprof")
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,15 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
     for source in sources:
         if source.accepts(p):
             return source
+    if p.is_file():  # a damaged copy of a profile: say how it was damaged, not what we read
+        from analyzer.sources import damage
+        try:
+            with p.open("rb") as f:
+                why = damage.hint(f.read(65536))
+        except OSError:
+            why = ""
+        if why:
+            raise RunDirError(f"{p}: not a profile runlens reads{why}")
     raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
                       + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
 

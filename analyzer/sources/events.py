@@ -154,8 +154,14 @@ class EventsSource:
             except InputFileError as e:
                 warnings.append(str(e))
         if not tagged:
+            # TF2 writes summaries (`...v2`, `...profile-empty`), never run metadata: its
+            # profile is the plugins/profile/ folder of the log dir.
+            tf2 = any(n.endswith((".v2", ".profile-empty")) for n in part.files)
             raise RunDirError(f"{part.path}: no tagged run metadata in the event file(s)"
-                              + (f" ({warnings[0]})" if warnings else ""))
+                              + (f" ({warnings[0]})" if warnings else "")
+                              + ("; TF2 event files hold summaries, not traces: a TF2 "
+                                 "profile is the log dir's plugins/profile/<run>/ "
+                                 "(point runlens at the log dir)" if tf2 else ""))
         steps: list[tuple[int, bytes, str]] = []
         used: set[int] = set()
         for tag_step, event_step, raw, where in tagged:

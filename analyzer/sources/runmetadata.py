@@ -5,7 +5,8 @@ with any names, with an optional GraphDef beside (binary or text; a file whose n
 "graph" in it).
 
 Which file is which is told by content: text files by their first field (`step_stats` /
-`node`), binary files by parsing (a RunMetadata's step stats name devices "/..."). A
+`node`), binary files by parsing (a RunMetadata's step stats name devices "/..."), or by
+name ("run_metadata", "run-meta..."): so a damaged one is reported, not passed by. A
 file's step is the last number in its name (in file order when it has none, or when two
 names give the same number). Not in these files: the code traces of tfprof's op log
 (`lacks`), and the graph when none is beside and the steps hold no partition graphs.
@@ -27,6 +28,9 @@ from analyzer.sources.stepstats import frames_from_run_metadata
 SUFFIXES = (".pb", ".pbtxt", ".pb.txt", ".txt", ".textproto")
 _NUMBER_RE = re.compile(r"(\d+)")
 _TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")
+# A binary file named like this is taken for RunMetadata even when it does not parse, so
+# that a truncated or damaged one is reported (one line naming it) instead of ignored.
+_NAMED_RUN_METADATA = re.compile(r"run[_-]?meta")  # not "metadata": keras_metadata.pb
 
 
 def _has_suffix(path: Path) -> bool:
@@ -63,9 +67,12 @@ def kind_of(path: Path) -> str | None:
         return {"step_stats": "run_metadata", "cost_graph": "run_metadata",
                 "partition_graphs": "run_metadata", "node": "graph",
                 "versions": "graph", "library": "graph"}.get(field)
-    if "graph" in path.name.lower():
+    name = path.name.lower()
+    if "graph" in name:
         return "graph"
-    return "run_metadata" if _is_run_metadata(raw) else None
+    if _is_run_metadata(raw) or _NAMED_RUN_METADATA.search(name):
+        return "run_metadata"
+    return None
 
 
 def message_bytes(path: Path, message: type) -> bytes:

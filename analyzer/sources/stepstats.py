@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from analyzer import ingest, schema
 from analyzer.errors import InputFileError, RunDirError
+from analyzer.sources import damage
 
 # (global step, serialized RunMetadata, what to call it in messages)
 StepBytes = tuple[int, bytes, str]
@@ -36,7 +37,8 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
             try:
                 stats, step_graphs = ingest.split_run_metadata(raw)
             except DecodeError as e:
-                raise InputFileError(f"{name}: not a readable RunMetadata ({e})") from None
+                raise InputFileError(f"{name}: not a readable RunMetadata ({e})"
+                                     + damage.hint(raw)) from None
             parts.append(ingest.walk_step_bytes(stats, step, name))
         except InputFileError as e:
             warnings.append(str(e))
@@ -45,6 +47,8 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
             partition.setdefault(hashlib.blake2b(g, digest_size=16).digest(), bytes(g))
     parts = [p for p in parts if p.nodes.height]
     if not parts:
+        if len(steps) == 1 and len(warnings) == 1:  # one file: its own problem, said once
+            raise InputFileError(warnings[0])
         raise RunDirError(f"{where}: no readable RunMetadata ({len(warnings)} skipped; "
                           f"first: {warnings[0] if warnings else 'none'})")
     graph_frames = []

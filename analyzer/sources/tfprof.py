@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from analyzer import ingest
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.proto import graph_pb2, tfprof_log_pb2
-from analyzer.sources import Part, Progress, Selection, SourceFrames
+from analyzer.sources import Part, Progress, Selection, SourceFrames, damage
 
 _tfprof: types.ModuleType | None
 try:  # the C reader of the runs (analyzer/_tfprof.c); optional, built at install if possible
@@ -68,7 +68,8 @@ def parse(path: Path, raw: bytes | None = None) -> tfprof_log_pb2.ProfileProto:
     try:
         profile = tfprof_log_pb2.ProfileProto.FromString(raw)
     except (DecodeError, RuntimeError) as e:
-        raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})") from None
+        raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})"
+                             + damage.hint(raw)) from None
     if not profile.nodes or not profile.steps:
         raise InputFileError(f"{path}: not a tfprof ProfileProto (no nodes or no steps)")
     return profile

@@ -31,6 +31,7 @@ import gzip
 import itertools
 import json
 import re
+import zlib
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -67,14 +68,16 @@ def _head(path: Path, size: int = 4096) -> bytes:
         opener = gzip.open if path.name.lower().endswith(".gz") else open
         with opener(path, "rb") as f:
             return f.read(size)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return b""
 
 
 def _looks_like_timeline(path: Path) -> bool:
     """A Chrome trace whose first processes are tf.timeline's (cheap: the first 4 KiB)."""
     head = _head(path)
-    return b"traceEvents" in head and (b"Compute" in head or b"Allocators" in head)
+    # Process names "<device> Compute" / "Allocators" (not a thread "tf_Compute/..." of a
+    # profile plugin trace, which sources/tracejson.py reads).
+    return b"traceEvents" in head and (b' Compute"' in head or b'"Allocators"' in head)
 
 
 def load_events(path: str | Path) -> list[Event]:
@@ -82,15 +85,16 @@ def load_events(path: str | Path) -> list[Event]:
     path = Path(path)
     try:
         raw = path.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
         if path.name.lower().endswith(".gz"):
             raw = gzip.decompress(raw)
         try:
             data = _fast_loads(raw)
         except ValueError:  # json's message, and what json accepts (NaN, UTF-16)
             data = json.loads(raw)
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (ValueError, EOFError) as e:
+    except (ValueError, EOFError, OSError, zlib.error) as e:  # OSError: BadGzipFile
         raise InputFileError(f"{path}: not a tf.timeline trace (not JSON: {e})") from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
@@ -121,17 +125,25 @@ def is_gputrace_device(device: str) -> bool:
 
 def split_runs(events: list[Event], lanes: dict[int, str]) -> list[list[Event]]:
     """The Compute "X" events of each session.run, in file order: a run's events come in
-    increasing pid order, so a new run starts where the pid goes down. When the pieces
-    overlap in time they are not runs one after the other: one run, then."""
+    increasing pid order, so a new run starts where the pid goes down. With one lane the
+    pid never goes down: there a new run starts where the run's first node (`_SOURCE`, a
+    feed) runs again on its lane after every event so far has ended (a while loop's nodes
+    repeat, but never a run's first node). When the pieces overlap in time they are not
+    runs one after the other: one run, then."""
     runs: list[list[Event]] = []
     last_pid = None
+    first: tuple[Any, Any] = (None, None)
+    end = 0
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X" or e.get("pid") not in lanes:
             continue
-        if last_pid is None or e["pid"] < last_pid:
+        if (last_pid is None or e["pid"] < last_pid
+                or ((e["pid"], e["args"]["name"]) == first and e["ts"] >= end)):
             runs.append([])
+            first = (e["pid"], e["args"]["name"])
         runs[-1].append(e)
         last_pid = e["pid"]
+        end = max(end, e["ts"] + e["dur"])
     for prev, nxt in itertools.pairwise(runs):
         if min(e["ts"] for e in nxt) <= max(e["ts"] + e["dur"] for e in prev):
             return [[e for run in runs for e in run]]
@@ -252,6 +264,11 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
     try:
         lanes, ops = lanes_and_ops(events)
         if not lanes:
+            if any(isinstance(e, dict) and e.get("ph") == "M"
+                   and (e.get("args") or {}).get("name") == "Allocators" for e in events):
+                raise InputFileError(f"{path}: a tf.timeline of a step with no traced ops "
+                                     "(no '<device> Compute' process: was the step run "
+                                     "with trace_level=FULL_TRACE?)")
             raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
                                  "process)")
         if one_step:  # one session.run: its lanes in pid order, as dev_stats were

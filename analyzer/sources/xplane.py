@@ -38,12 +38,31 @@ def _worker(path: Path) -> str:
     return path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
 
 
-def profile_runs(logdir: Path) -> list[Path]:
-    """The profile run folders of a TensorBoard logdir, oldest first (names are times)."""
+def profile_root(logdir: Path) -> Path | None:
+    """`logdir`/plugins/profile, or that of the one TensorBoard run below `logdir` that has
+    one: Keras's TensorBoard callback writes `<log_dir>/train/plugins/profile/`, and users
+    pass `<log_dir>`, as to TensorBoard. RunDirError when several runs below have one."""
     root = logdir / "plugins" / "profile"
-    if not root.is_dir():
+    if root.is_dir():
+        return root
+    try:
+        below = sorted(p for p in logdir.iterdir()
+                       if p.is_dir() and (p / "plugins" / "profile").is_dir())
+    except OSError:
+        return None
+    if len(below) > 1:
+        raise RunDirError(f"{logdir}: profiles in several TensorBoard runs ("
+                          + ", ".join(p.name for p in below) + "): name one of them")
+    return below[0] / "plugins" / "profile" if below else None
+
+
+def profile_runs(logdir: Path, suffix: str = SUFFIX) -> list[Path]:
+    """The profile run folders of a TensorBoard logdir (holding `suffix` files), oldest
+    first (names are times)."""
+    root = profile_root(logdir)
+    if root is None:
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob(f"*{SUFFIX}")))
+    return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob(f"*{suffix}")))
 
 
 def xplane_files(path: Path, profile_run: str | None = None) -> list[Path]:
@@ -120,11 +139,13 @@ def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
     return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)
 
 
-def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
-              ) -> SourceFrames:
+def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2,
+              planes: list[Plane] | None = None) -> SourceFrames:
     """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
-    False walks it with protobuf (the C decoder's oracle in tests)."""
-    planes = planes_of(path, native)
+    False walks it with protobuf (the C decoder's oracle in tests). `planes`: the
+    file's planes when another source made them (sources/tracejson.py)."""
+    if planes is None:
+        planes = planes_of(path, native)
     try:
         ops, extra = read_planes(planes, jobs)
     except (ValueError, DecodeError) as e:  # a malformed line or event inside the planes

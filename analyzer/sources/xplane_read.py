@@ -374,8 +374,12 @@ def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
       the groups that ran device work; a step's span is its device events' span on the
       device where that is longest. Host work of other groups (the profiler groups every
       traced function call, not only steps) goes to the step begun last before it.
-    - no group_id: `train` markers; a step's span is its marker's.
-    - group_ids on the host only: the groups, spanned by their executions (no span given).
+    - else, with `train` markers: the markers' steps (step_num), each execution in the
+      step begun last before it; a step's span is its marker's. Host-only group_ids
+      (xprof's grouping of a CPU profile, as in the trace viewer's JSON of it) do not
+      change that: xprof's step db counts the markers' steps there too.
+    - group_ids on the host only and no markers: the groups, spanned by their executions
+      (no span given).
     """
     device_groups = np.unique(group[on_device & (group >= 0)])
     if len(device_groups):
@@ -392,9 +396,9 @@ def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
                     best = (g, b, e)
             spans.append(best)
         return step, spans
-    step = assign_steps(start_ps, group, markers)
-    if (group >= 0).any() or not markers:
-        return step, []
+    if not markers:
+        return assign_steps(start_ps, group, markers), []
+    step = _by_time(start_ps, [(m[0], m[2]) for m in markers])
     span: dict[int, tuple[int, int]] = {}
     for b, e, n in markers:
         lo, hi = span.get(n, (b, e))
@@ -428,9 +432,14 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
                                     dtype=pl.String),
     })
     n = len(step)
-    # Executions in file order (lines one after the other); exec_idx numbers them in the
-    # file, so (step, exec_idx) names each one.
-    exec_idx = np.arange(n)
+    # Executions in time order (file order among equal starts); exec_idx numbers them, so
+    # (step, exec_idx) names each one. Not in file order: an XSpace's lines are threads
+    # that ran at once, in no meaningful order, and what is derived from "the first
+    # execution" (a node's op type when one name ran as two ops) must not depend on it
+    # (the trace viewer's JSON of the same XSpace lists its lines in another order).
+    order = np.argsort(start, kind="stable")
+    exec_idx = np.empty(n, np.int64)
+    exec_idx[order] = np.arange(n)
     start_ns = start // 1000
     own_ns, dur_ns = column(ops.self_ps, np.int64) // 1000, column(ops.dur_ps, np.int64) // 1000
     thread = column(ops.thread, np.int64)
@@ -444,7 +453,7 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     }).with_columns(zero.alias(c) for c in schema.NODE_SCHEMA if c not in (
         "step", "exec_idx", "key_id", "all_start_us", "op_end_rel_us", "all_end_rel_us",
         "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
-    )).select(list(schema.NODE_SCHEMA))
+    )).select(list(schema.NODE_SCHEMA))[order]
     # Threads: each (step, lane, thread) that ran an op, with its line's name.
     steps, step_no = _factorize(step)
     threads_u, thread_no = _factorize(thread)

@@ -23,6 +23,7 @@ from analyzer.background import Background
 from analyzer.errors import InputFileError
 from analyzer.ingest.wire import field_spans
 from analyzer.proto import xplane_pb2
+from analyzer.sources import damage
 
 try:
     from analyzer import _xplane
@@ -184,7 +185,8 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
                 meta = xplane_pb2.XPlane.FromString(rest)
                 planes.append(Plane(meta, [(start + o, n) for o, n in lines], buf, mapped))
     except (DecodeError, RuntimeError, ValueError) as e:
-        raise InputFileError(f"{path}: not a readable XSpace profile ({e})") from None
+        raise InputFileError(f"{path}: not a readable XSpace profile ({e})"
+                             + damage.hint(buf)) from None
     if not planes:
         raise InputFileError(f"{path}: an XSpace with no planes (not a profile?)")
     return planes
