@@ -21,7 +21,9 @@ Layout: `<location>/key.json` names the data folder holding the frames
 folder beside the old one and then replaces key.json (atomic rename): a reader sees the
 old cache or the new one, whole. A reader holds a shared flock on the data folder it
 reads (lazily, until its Run is gone); writers remove old data folders only when they get
-an exclusive lock on them, i.e. when no reader can be reading them.
+an exclusive lock on them, i.e. when no reader can be reading them. A data folder also
+holds the products derived from its frames (`products/`, analyzer.productcache), which
+go with it.
 
 The cache is written in a background thread (`store_in_background`) while the analysis
 goes on; what the analysis derives (analyzer.products) is written by the same thread
