@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import time
 from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -137,13 +138,17 @@ def _write(origin: Origin, name: str, params: tuple[Hashable, ...], digest: str,
 
 
 def _prune(folder: Path) -> None:
+    """The oldest products beyond MAX_FILES; what writers killed long ago left."""
     files = []
+    stale = time.time_ns() - cache.STALE_TMP_S * 10**9
     for entry in os.scandir(folder):
-        if entry.name.endswith(".product"):
-            try:
+        try:
+            if entry.name.endswith(".product"):
                 files.append((entry.stat().st_mtime_ns, entry.path))
-            except OSError:
-                pass
+            elif entry.name.endswith(".tmp") and entry.stat().st_mtime_ns < stale:
+                os.unlink(entry.path)
+        except OSError:
+            pass
     for _, path in sorted(files)[:max(0, len(files) - MAX_FILES)]:
         try:
             os.unlink(path)
