@@ -61,8 +61,15 @@ class Producer:
 
     @functools.cached_property
     def digest(self) -> str:
-        """A digest of the code that computes this product (see the module docstring)."""
+        """A digest of the code that computes this product (`modules`, the polars
+        version)."""
         return code_digest((self.build.__module__,))
+
+    @property
+    def modules(self) -> list[str]:
+        """The modules whose source makes up `digest`: the one that defines `build`,
+        every engine module it imports (transitively), and ALWAYS."""
+        return sorted(_closure((self.build.__module__,)))
 
 
 PRODUCERS: dict[str, Producer] = {}
@@ -201,8 +208,3 @@ def code_digest(roots: tuple[str, ...]) -> str:
     for name, data in sorted(_closure(roots).values()):
         h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
-
-
-def digest_modules(producer: Producer) -> list[str]:
-    """The modules whose source makes up `producer.digest`."""
-    return sorted(_closure((producer.build.__module__,)))
