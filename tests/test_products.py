@@ -36,7 +36,7 @@ def test_loading_never_imports_the_views_or_computes_a_product(run_copy):
     run_dir = run_copy("cnn")
     script = ("import json, sys; from analyzer import cache; from analyzer.load import "
               "load_run; load_run(sys.argv[1]); cache.wait(); load_run(sys.argv[1]); "
-              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('analyzer'))))")
+              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('analyzer.'))))")
     out = subprocess.run([sys.executable, "-c", script, str(run_dir)], check=True,
                          capture_output=True, text=True, cwd=ROOT).stdout
     imported = json.loads(out.strip().splitlines()[-1])
