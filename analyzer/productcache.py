@@ -10,10 +10,10 @@ analyzer.stepselect), the producer's name and params, and the digest of its code
 (`Producer.digest`); one file per key, named by the key's hash.
 
 A file is MAGIC, the digest of its Parquet bytes (analyzer.digest), then the bytes,
-written atomically in the cache's writer thread (`cache.later`: after the frames it
-comes from, and finished before the process exits). One that cannot be read, or whose
-digest does not match, is computed again and rewritten, silently: nothing is lost.
-At most MAX_FILES products per data folder (a run analysed with many `--steps` or
+written atomically (renamed into place) in the cache's writer thread (`cache.later`:
+after the frames it comes from, and finished before the process exits). One that cannot
+be read, or whose digest does not match, is computed again and rewritten, silently:
+nothing is lost. At most MAX_FILES products per data folder (a run analysed with many `--steps` or
 `--step` choices): the oldest go first.
 """
 
@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import time
 from collections.abc import Hashable
 from concurrent.futures import Future
@@ -33,7 +34,6 @@ import polars as pl
 
 from analyzer import cache
 from analyzer import digest as content
-from analyzer.rundir import atomic_write
 
 MAGIC = b"runlens-product-1\n"
 FOLDER = "products"
@@ -131,10 +131,24 @@ def _write(origin: Origin, name: str, params: tuple[Hashable, ...], digest: str,
     payload = buffer.getvalue()
     try:
         path.parent.mkdir(exist_ok=True)  # not parents: a data folder removed stays so
-        atomic_write(path, MAGIC + content.of(payload).encode() + b"\n" + payload)
+        _replace(path, MAGIC + content.of(payload).encode() + b"\n" + payload)
         _prune(path.parent)
     except OSError:  # read-only, or the data folder went: computed again next time
         pass
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write `path` atomically (a temporary file renamed over it), as the cache writes its
+    Parquet files: without fsync, since a file a crash left short or garbled fails its
+    digest and is computed again (an fsync took 5-10 ms here, and a first analysis
+    writes four to six products)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _prune(folder: Path) -> None:
