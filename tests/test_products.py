@@ -99,12 +99,17 @@ def test_a_second_process_reads_the_products_from_the_cache(run_copy):
         assert rows == json.loads(json.dumps(expected)), kind
 
 
+def _forget_digests() -> None:
+    for memo in (products.code_digest, products._module_digest, products._imports_of):
+        memo.cache_clear()
+
+
 @pytest.fixture
 def fresh_digests():
     """Producer digests computed in the test are forgotten after it."""
-    products.code_digest.cache_clear()
+    _forget_digests()
     yield
-    products.code_digest.cache_clear()
+    _forget_digests()
 
 
 def _edited(monkeypatch, module: str) -> None:
@@ -118,7 +123,7 @@ def _edited(monkeypatch, module: str) -> None:
         return found
 
     monkeypatch.setattr(products, "_source", source)
-    products.code_digest.cache_clear()
+    _forget_digests()
     for producer in products.PRODUCERS.values():
         monkeypatch.delitem(producer.__dict__, "digest", raising=False)
 
