@@ -98,6 +98,9 @@ class ReadOnlyDict(dict):
     __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
     clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[type, tuple[dict]]:  # copy and pickle: made whole
+        return type(self), (dict(self),)
+
 
 class Memo:
     """What the analysis layer derived from a Run (analyzer.products): handed to the Run
