@@ -21,10 +21,13 @@ Layout: `<location>/key.json` names the data folder holding the frames
 folder beside the old one and then replaces key.json (atomic rename): a reader sees the
 old cache or the new one, whole. A reader holds a shared flock on the data folder it
 reads (lazily, until its Run is gone); writers remove old data folders only when they get
-an exclusive lock on them, i.e. when no reader can be reading them.
+an exclusive lock on them, i.e. when no reader can be reading them. A data folder also
+holds the products derived from its frames (`products/`, analyzer.productcache), which
+go with it.
 
 The cache is written in a background thread (`store_in_background`) while the analysis
-goes on: the ingested frames first, the per-node numbers and trees as they are computed.
+goes on; what the analysis derives (analyzer.products) is written by the same thread
+(`later`), after the frames, into the data folder they went to (analyzer.productcache).
 The process waits for it before exiting, and `wait()` (which load_run calls) before
 reading again.
 """
@@ -43,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -79,9 +82,9 @@ class CacheDamaged(Exception):
 @functools.cache
 def code_digest() -> str:
     """A digest of the engine's own code (`code_files`, as installed): the cache holds
-    what this code computed (frames, step flags, per-node numbers, trees), so a cache
-    written by other code, even of the same version number, is never read (no
-    hand-bumped version to forget). ~1 ms, once per process."""
+    what this code read, so a cache written by other code, even of the same version
+    number, is never read (no hand-bumped version to forget; what is derived from the
+    frames is keyed by its own code: analyzer.products). ~1 ms, once per process."""
     package = Path(__file__).parent
     h = hashlib.blake2b(digest_size=16)
     for path in code_files():
@@ -254,10 +257,19 @@ def _read_frame(path: Path, size: int, crc: str, lease: _Lease) -> pl.DataFrame:
 Readers = dict[str, Callable[[], pl.DataFrame]]
 
 
-def load_at(locs: list[Path], key: dict[str, Any]
-            ) -> tuple[Readers, list[str]] | None | CacheDamaged:
-    """Readers of the frames cached at the first of `locs` that matches `key` (read when
-    first used), with the warnings stored with them; None when no cache matches;
+class Cached(NamedTuple):
+    """A cache found: readers of its frames (read when first used), the warnings stored
+    with them, its data folder (where products go: analyzer.productcache) and the lease
+    that keeps that folder while held."""
+
+    readers: Readers
+    warnings: list[str]
+    folder: Path
+    lease: object
+
+
+def load_at(locs: list[Path], key: dict[str, Any]) -> Cached | None | CacheDamaged:
+    """The cache at the first of `locs` that matches `key`; None when no cache matches;
     CacheDamaged (returned, not raised) when one exists but cannot be read."""
     damaged: CacheDamaged | None = None
     for loc in locs:
@@ -282,7 +294,7 @@ class _Replaced(Exception):
     pass
 
 
-def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
+def _open(loc: Path, key: dict[str, Any]) -> Cached:
     try:
         text = (loc / KEY_FILE).read_bytes()
     except FileNotFoundError:
@@ -325,10 +337,10 @@ def _open(loc: Path, key: dict[str, Any]) -> tuple[Readers, list[str]]:
             atomic_write(loc / KEY_FILE, _refreshed(meta, key, restat))
         except OSError:  # read-only: the digests are compared again next time
             pass
-    return readers, [str(w) for w in warnings]
+    return Cached(readers, [str(w) for w in warnings], folder, lease)
 
 
-def load(run: Part, key: dict[str, Any]) -> tuple[Readers, list[str]] | None | CacheDamaged:
+def load(run: Part, key: dict[str, Any]) -> Cached | None | CacheDamaged:
     """`load_at` the part's cache locations."""
     return load_at(_locations(run), key)
 
@@ -347,10 +359,11 @@ def _file_digest(path: Path) -> tuple[int, str]:
 def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFrame],
              warnings: list[str], digests: Mapping[str, list[Any]] | None = None
              ) -> Path | None:
-    """Write the cache to the first writable location; returns it, or None if none is,
-    if an input changed while it was read, or if a frame's Future fails (its computation
-    failed, so there is no cache). `digests`: what the reader computed of the files it
-    read (path -> [size, mtime_ns, ctime_ns, inode, digest]); the others are read here."""
+    """Write the cache to the first writable location; returns the data folder written,
+    or None if none is, if an input changed while it was read, or if a frame's Future
+    fails (its computation failed, so there is no cache). `digests`: what the reader
+    computed of the files it read (path -> [size, mtime_ns, ctime_ns, inode, digest]);
+    the others are read here."""
     full_key = _with_digests(key, digests or {})
     if full_key is None:
         return None
@@ -385,7 +398,7 @@ def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFr
             atomic_write(loc / KEY_FILE, json.dumps(meta).encode())
             _remove_unused(loc, keep=data)
             _remove_other_versions(loc)
-            return loc
+            return loc / data
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             continue
@@ -411,6 +424,11 @@ def store_in_background(run: Part, key: dict[str, Any], frames: Mapping[str, Cac
     """`store` in the cache's writer thread; frames given as Futures are written when the
     caller sets them (it must set or fail every one of them, or the writer waits)."""
     return _writer.detach(store, run, key, dict(frames), list(warnings), digests)
+
+
+def later(fn: Callable[..., Any], *args: Any) -> Future:
+    """fn(*args) in the cache's writer thread, after the caches submitted so far."""
+    return _writer.detach(fn, *args)
 
 
 def wait() -> None:

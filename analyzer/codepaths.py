@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import products
 from analyzer.model import Run
 
 # Packages whose frames are not the user's code (in site-packages or dist-packages).
@@ -51,9 +52,9 @@ def code_paths(run: Run) -> pl.DataFrame:
     user frame at all keeps its innermost frame).
 
     Ops without a code trace of their own (runtime-only nodes) are left out, as in tfprof.
-    Computed once per run and cached with it.
+    A product (analyzer.products) of the whole run: a choice of steps keeps its paths.
     """
-    return run.derived_frame("code_paths", _code_paths)
+    return CODE_PATHS(run)
 
 
 def _code_paths(run: Run) -> pl.DataFrame:
@@ -79,3 +80,6 @@ def _code_paths(run: Run) -> pl.DataFrame:
     )
     forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
     return pl.concat([forward, grads])
+
+
+CODE_PATHS = products.register("code_paths", _code_paths, whole_run=True)

@@ -9,6 +9,10 @@ naming it, and the other steps still load; likewise a worker of a multi-worker r
 second load of the same run reads the Parquet cache (analyzer/cache.py); a cache that
 cannot be read, even one found damaged only when a frame is first used, means the run
 dir is ingested again, with one warning.
+
+Loading computes nothing the analysis derives (per-node numbers, trees: the first view
+that needs one computes it, analyzer.products, and the cache keeps it); it gives the Run
+an `origin` that says where those products are cached.
 """
 
 from __future__ import annotations
@@ -28,11 +32,9 @@ from analyzer import cache, ingest, sources
 from analyzer.background import Background, map_in_processes
 from analyzer.errors import InputFileError, RunDirError
 from analyzer.model import Run, built, derive_keys
-from analyzer.nodestats import node_stats
+from analyzer.productcache import Origin
 from analyzer.rundir import RunDir
 from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
-from analyzer.stepselect import analysed, step_flags
-from analyzer.views import TREE_KINDS, code_paths, default_tree_nodes
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]
@@ -216,43 +218,19 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
 
 def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
                   progress: Progress | None, cache_key: dict[str, Any] | None
-                  ) -> tuple[dict[str, pl.DataFrame], list[str]]:
+                  ) -> tuple[dict[str, pl.DataFrame], list[str], Future | None]:
     """Read one part: its frames with derived columns (and `lacks`, what its format does
     not hold, as a frame). With a `cache_key`, the cache is written in the background as
-    this goes on, and these frames get what views need with their default options (step
-    -1's per-node numbers, code paths, the scope and code trees), which the cache stores;
-    without, views compute what they need."""
+    this goes on; the Future gives its data folder once written."""
     read = source.read(part, jobs, progress)
     frames, warnings = sources.raw_frames(read.frames, part.worker), read.warnings
     frames["lacks"] = pl.DataFrame({"what": list(read.lacks), "why": list(read.lacks.values())},
                                    schema=LACKS_SCHEMA)
     frames["keys"] = derive_keys(frames["keys"], frames["graph_nodes"])
     if cache_key is None:
-        return frames, warnings
-    one = Run.from_frames(frames)
-    # Per-node numbers and trees over the default steps (warm-up and outliers left out).
-    builders: dict[str, Callable[[], pl.DataFrame]] = {
-        "step_flags": lambda: step_flags(one),
-        "node_stats": lambda: node_stats(analysed(one), -1),
-        "code_paths": lambda: code_paths(one),
-        **{f"{kind}_tree": functools.partial(_default_tree, one, kind)
-           for kind in TREE_KINDS},
-    }
-    later: dict[str, Future] = {name: Future() for name in builders}
-    cache.store_in_background(part, cache_key, {**frames, **later}, warnings, read.digests)
-    try:
-        for name, build in builders.items():
-            frames[name] = build()
-            later[name].set_result(frames[name])
-    finally:  # on an error (or ^C), the writer must not wait for what never comes
-        for future in later.values():
-            if not future.done():
-                future.set_exception(RuntimeError("not computed"))
-    return frames, warnings
-
-
-def _default_tree(run: Run, kind: str) -> pl.DataFrame:
-    return default_tree_nodes(analysed(run), kind)
+        return frames, warnings, None
+    stored = cache.store_in_background(part, cache_key, frames, warnings, read.digests)
+    return frames, warnings, stored
 
 
 _KEYED = {"executions": ("key_id", "keys"), "output_rows": ("out_key", "output_keys")}
@@ -275,14 +253,18 @@ def _merged(parts: list[dict[str, Any]], name: str) -> Any:
             offsets = itertools.accumulate((read(p, keys).height for p in parts), initial=0)
             frames = [f.with_columns(pl.col(column) + offset)
                       for f, offset in zip(frames, offsets, strict=False)]
-        merged = pl.concat(frames, how="vertical_relaxed")
-        return merged.sort("worker", "name") if name == "node_stats" else merged
+        return pl.concat(frames, how="vertical_relaxed")
 
     return concat
 
 
+# A part's frames, its warnings, and where its cache is (a Future of the data folder, and
+# what holds it), or None (no cache).
+Loaded = tuple[dict[str, Any], list[str], tuple[Future, object] | None]
+
+
 def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
-                   progress: Progress | None, warn: Warn) -> tuple[dict[str, Any], list[str]]:
+                   progress: Progress | None, warn: Warn) -> Loaded:
     """The part's frames from its cache (read when first used), or read (and the cache
     written) when there is none that matches, or it cannot be read."""
     try:
@@ -293,9 +275,12 @@ def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
     if isinstance(cached, cache.CacheDamaged):
         warn(f"{cached}; recomputed")
     elif cached is not None:
-        readers, warnings = cached
-        return _guarded(readers, source, part, jobs, key, warn), warnings
-    return _fresh_frames(source, part, jobs, progress, key)
+        folder: Future = Future()
+        folder.set_result(cached.folder)
+        return (_guarded(cached.readers, source, part, jobs, key, warn), cached.warnings,
+                (folder, cached.lease))
+    frames, warnings, stored = _fresh_frames(source, part, jobs, progress, key)
+    return frames, warnings, (stored, None) if stored is not None else None
 
 
 def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part, jobs: int,
@@ -356,14 +341,17 @@ def load_run(
         if on_warning is not None and not loading:
             on_warning(message)
 
+    stored: list[tuple[Future, object] | None] = []
     for part in parts:
         warnings.extend(part.warnings)  # what finding the parts could not read
         frames: dict[str, Any]
         try:
             if use_cache:
-                frames, part_warnings = _cached_frames(reader, part, jobs, progress, warn)
+                frames, part_warnings, where = _cached_frames(reader, part, jobs, progress,
+                                                              warn)
             else:
-                frames, part_warnings = _fresh_frames(reader, part, jobs, progress, None)
+                frames, part_warnings, _ = _fresh_frames(reader, part, jobs, progress, None)
+                where = None
         except (RunDirError, InputFileError) as e:
             if len(parts) == 1:
                 raise
@@ -373,28 +361,18 @@ def load_run(
         lacks.update(zip(lacking.get_column("what").to_list(),
                          lacking.get_column("why").to_list(), strict=True))
         frames_of.append(frames)
+        stored.append(where)
         loaded.append(part)
         warnings.extend(part_warnings)
     if not frames_of:
         raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
     loading = False
     frames = {name: _merged(frames_of, name) for name in Run.FRAMES}
-    paths = [p.path for p in loaded]
-    if not use_cache:
-        run = Run.from_frames(frames, paths=paths, warnings=warnings, lacks=lacks)
-    else:
-        run = Run.from_frames(
-            frames,
-            paths=paths,
-            warnings=warnings,
-            lacks=lacks,
-            derived={"code_paths": _merged(frames_of, "code_paths"),
-                     "step_flags": _merged(frames_of, "step_flags")},
-        )
-        # For the default steps (analyzer.stepselect.analysed hands them on). Trees of
-        # several workers come from their merged numbers, not from their trees.
-        run.defaults = {"node_stats": _merged(frames_of, "node_stats"),
-                        **({f"{k}_tree": frames_of[0][f"{k}_tree"] for k in TREE_KINDS}
-                           if len(frames_of) == 1 else {})}
-    run.warnings = warnings  # the same list: warnings found later appear in it
-    return run
+    # What is derived from the Run is cached (analyzer.products) when every part is.
+    origin = None
+    if use_cache and all(s is not None for s in stored):
+        origin = Origin.of([s[0] for s in stored if s is not None],
+                           holds=tuple(s[1] for s in stored if s is not None and s[1]))
+    # The same list of warnings: those found later appear in it.
+    return Run.from_frames(frames, paths=[p.path for p in loaded], warnings=warnings,
+                           lacks=lacks, origin=origin)

@@ -7,8 +7,10 @@ docs/tfprof-semantics.md) and the op type of each executed node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -19,6 +21,9 @@ from analyzer.schema import (
     OUTPUT_KEY_COLUMNS,
     RUN_FRAMES,
 )
+
+if TYPE_CHECKING:
+    from analyzer.productcache import Origin
 
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
@@ -40,6 +45,39 @@ def built(source: FrameSource) -> pl.DataFrame:
     return source() if callable(source) else source
 
 
+class _Once:
+    """A frame given as a DataFrame or as its reader, read on first use and kept (by this
+    holder: the Run that owns it never changes)."""
+
+    __slots__ = ("source", "value", "lock")
+
+    def __init__(self, source: FrameSource | None = None) -> None:
+        self.source = source
+        self.value: pl.DataFrame | None = source if isinstance(source, pl.DataFrame) else None
+        self.lock = threading.Lock()
+
+    def get(self, build: Callable[[], pl.DataFrame] | None = None) -> pl.DataFrame:
+        value = self.value
+        if value is None:
+            with self.lock:  # views may read frames from several threads
+                if self.value is None:
+                    source = build if build is not None else self.source
+                    assert source is not None, "a frame without its source"
+                    self.value = built(source)
+                    self.source = None
+                value = self.value
+        return value
+
+    @property
+    def read(self) -> bool:
+        return self.value is not None
+
+    def current(self) -> FrameSource:
+        """The frame if read, else its reader."""
+        with self.lock:
+            return self.value if self.value is not None else self.source  # type: ignore[return-value]
+
+
 class _Frame:
     """A frame attribute of Run, read on first use (a cached run reads Parquet lazily, so
     `analyze ops` on a big run never loads the million rows of executions)."""
@@ -48,8 +86,31 @@ class _Frame:
         self.name = name
 
     def __get__(self, run: Run, owner: type | None = None) -> pl.DataFrame:
-        value = run._frames[self.name] = built(run._frames[self.name])
-        return value
+        return run._slots[self.name].get()
+
+
+class ReadOnlyDict(dict):
+    """A dict that cannot be changed (still a dict: JSON writes it as one)."""
+
+    def _read_only(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("read-only: a Run does not change once made")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[type, tuple[dict]]:  # copy and pickle: made whole
+        return type(self), (dict(self),)
+
+
+class Memo:
+    """What the analysis layer derived from a Run (analyzer.products): handed to the Run
+    when it is made, read and written by that layer only."""
+
+    __slots__ = ("values", "lock")
+
+    def __init__(self) -> None:
+        self.values: dict[object, Any] = {}
+        self.lock = threading.Lock()
 
 
 class Run:
@@ -61,11 +122,24 @@ class Run:
     (analyzer.nodestats) work on the pair and never build `nodes`.
 
     Each frame may be given as a DataFrame or as a function that returns it (read on first
-    use). `node_stats` memoizes per-node numbers per step (see analyzer.nodestats), and
-    `derived` other frames computed from these (`derived_frame`), which the cache keeps.
+    use). A Run never changes once made: its attributes cannot be set (AttributeError) and
+    `lacks` is read-only; what is derived from it (per-node numbers, trees, code paths,
+    the Run of chosen steps) is kept by analyzer.products, in `memo`. `origin` says where
+    those products may be cached (analyzer.productcache; None: nowhere), `whole` is the
+    Run this one was cut from by a choice of steps (itself when it was not). `warnings` is
+    the one thing that grows: a cache found damaged when a frame is first read adds one.
     """
 
     FRAMES = RUN_FRAMES  # analyzer/schema.py names their columns
+    paths: tuple[Path, ...]
+    warnings: list[str]
+    lacks: Mapping[str, str]
+    origin: Origin | None
+    whole: Run
+    memo: Memo
+    _slots: dict[str, _Once]
+    _nodes: _Once
+    _outputs: _Once
     executions = _Frame()
     keys = _Frame()
     output_rows = _Frame()
@@ -78,61 +152,62 @@ class Run:
     code = _Frame()
     step_spans = _Frame()
 
-    def __init__(self, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
+    def __init__(self, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                  warnings: list[str] | None = None,
-                 node_stats: dict[int, FrameSource] | None = None,
-                 derived: dict[str, FrameSource] | None = None,
-                 lacks: dict[str, str] | None = None) -> None:
-        self._frames: dict[str, FrameSource] = {name: frames[name] for name in self.FRAMES}
-        self._nodes: pl.DataFrame | None = None
-        self._outputs: pl.DataFrame | None = None
-        self.paths = paths or []
-        self.warnings = warnings or []
-        self.node_stats: dict[int, FrameSource] = dict(node_stats or {})
-        self.derived: dict[str, FrameSource] = dict(derived or {})
+                 lacks: Mapping[str, str] | None = None,
+                 origin: Origin | None = None, whole: Run | None = None) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "_slots", {name: _Once(frames[name]) for name in self.FRAMES})
+        setattr_(self, "_nodes", _Once())
+        setattr_(self, "_outputs", _Once())
+        setattr_(self, "paths", tuple(paths))
+        # The list given: warnings found later (load_run's) appear in it.
+        setattr_(self, "warnings", warnings if warnings is not None else [])
         # What the input format does not hold (what -> why), said once by the output;
         # views and checkers that need it say they were skipped.
-        self.lacks: dict[str, str] = dict(lacks or {})
-        # Frames the cache holds for the default choice of steps (step -1's per-node
-        # numbers, default trees: analyzer.stepselect), and the Runs of chosen steps.
-        self.defaults: dict[str, FrameSource] = {}
-        self.chosen: dict[object, Run] = {}
+        setattr_(self, "lacks", ReadOnlyDict(lacks or {}))
+        setattr_(self, "origin", origin)
+        setattr_(self, "whole", self if whole is None else whole)
+        setattr_(self, "memo", Memo())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Run does not change once made (set {name!r}): derive a "
+                             "new Run (Run.replace) or a product (analyzer.products)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Run does not change once made (delete {name!r})")
+
+    def is_read(self, name: str) -> bool:
+        """Whether the frame `name` was read (a cached frame is read when first used)."""
+        return self._slots[name].read
+
+    @property
+    def _frames(self) -> Mapping[str, FrameSource]:
+        """Each frame as it is now: the DataFrame once read, else its reader."""
+        return {name: slot.current() for name, slot in self._slots.items()}
 
     @property
     def nodes(self) -> pl.DataFrame:
         """The executions with their key's columns (NODE_COLUMNS), built once."""
-        if self._nodes is None:
-            self._nodes = join_keys(self.executions, self.keys)
-        return self._nodes
+        return self._nodes.get(lambda: join_keys(self.executions, self.keys))
 
     def nodes_lazy(self) -> pl.LazyFrame:
         """`nodes` as a LazyFrame: a query that selects a few columns builds only those."""
-        if self._nodes is not None:
-            return self._nodes.lazy()
+        if self._nodes.read:
+            return self._nodes.get().lazy()
         return keyed_rows(self.executions, self.keys)
 
     @property
     def outputs(self) -> pl.DataFrame:
         """One row per output of an execution (OUTPUT_COLUMNS), built once."""
-        if self._outputs is None:
-            self._outputs = join_keys(self.output_rows, self.output_keys, "out_key",
-                                      OUTPUT_COLUMNS)
-        return self._outputs
-
-    def derived_frame(self, name: str, build: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
-        """The frame `name` computed from this run by `build`, once (or read from the
-        cache, which keeps the code paths and the default trees)."""
-        value = self.derived.get(name)
-        frame = build(self) if value is None else built(value)
-        self.derived[name] = frame
-        return frame
+        return self._outputs.get(lambda: join_keys(self.output_rows, self.output_keys,
+                                                   "out_key", OUTPUT_COLUMNS))
 
     @classmethod
-    def from_frames(cls, frames: Mapping[str, FrameSource], paths: list[Path] | None = None,
+    def from_frames(cls, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                     warnings: list[str] | None = None,
-                    node_stats: dict[int, FrameSource] | None = None,
-                    derived: dict[str, FrameSource] | None = None,
-                    lacks: dict[str, str] | None = None) -> Run:
+                    lacks: Mapping[str, str] | None = None,
+                    origin: Origin | None = None, whole: Run | None = None) -> Run:
         """A Run from a mapping with every name of FRAMES (others are ignored), or with
         `nodes` (NODE_COLUMNS) in place of executions and keys, `outputs`
         (OUTPUT_COLUMNS) in place of output_rows and output_keys."""
@@ -142,17 +217,25 @@ class Run:
         if "output_rows" not in f:
             rows, f["output_keys"] = split_keys(built(f["outputs"]), OUTPUT_KEY_COLUMNS)
             f["output_rows"] = rows.rename({"key_id": "out_key"})
-        return cls(f, paths=paths, warnings=warnings, node_stats=node_stats,
-                   derived=derived, lacks=lacks)
+        return cls(f, paths=paths, warnings=warnings, lacks=lacks, origin=origin,
+                   whole=whole)
 
-    def replace(self, **frames: FrameSource) -> Run:
-        """A copy with some frames replaced, `nodes` or `outputs` (whole) among them
-        (per-node numbers and derived frames are recomputed)."""
+    def replace(self, *, lacks: Mapping[str, str] | None = None,
+                **frames: FrameSource) -> Run:
+        """A new Run with some frames replaced, `nodes` or `outputs` (whole) among them,
+        and `lacks` if given (its products are its own)."""
+        return self.with_frames(frames, lacks=lacks)
+
+    def with_frames(self, frames: Mapping[str, FrameSource], *,
+                    lacks: Mapping[str, str] | None = None, origin: Origin | None = None,
+                    whole: Run | None = None) -> Run:
+        """`replace`, with the new Run's `origin` and `whole` (see Run)."""
         parts = {"nodes": ("executions", "keys"), "outputs": ("output_rows", "output_keys")}
         replaced = {p for name, pair in parts.items() if name in frames for p in pair}
         base = {k: v for k, v in self._frames.items() if k not in replaced}
         return Run.from_frames({**base, **frames}, self.paths, self.warnings,
-                               lacks=self.lacks)
+                               lacks=self.lacks if lacks is None else lacks,
+                               origin=origin, whole=whole)
 
     @property
     def steps(self) -> list[int]:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.model import Run, built
+from analyzer import products
+from analyzer.model import Run
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]
@@ -137,17 +138,10 @@ def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
     Columns: worker, name, op_type (the graph's, as tfprof), kernel and fused_ops (what
     ran: analyzer.model.derive_keys), types (op type, op_log types, canonical device),
     device, micros ... occurrence (METRICS), params, float_ops, executed.
-    Memoized on the Run per step (every view and checker starts here); the cache stores
-    step -1's, so a warm analysis never aggregates the executions again.
+    A product (analyzer.products): computed once per Run and step, and cached, so a warm
+    analysis never aggregates the executions again.
     """
-    known = run.node_stats.get(step)
-    if known is not None:
-        frame = built(known)
-        run.node_stats[step] = frame
-        return frame
-    frame = _node_stats(run, step)
-    run.node_stats[step] = frame
-    return frame
+    return NODE_STATS(run, step)
 
 
 def _node_stats(run: Run, step: int) -> pl.DataFrame:
@@ -188,3 +182,6 @@ def _node_stats(run: Run, step: int) -> pl.DataFrame:
         "worker", "name", "op_type", "kernel", "fused_ops", "types", "device", *METRICS,
         "params", "float_ops", "executed",
     ).sort("worker", "name")
+
+
+NODE_STATS = products.register("node_stats", _node_stats)

@@ -115,12 +115,9 @@ PLAIN_FRAMES: dict[str, Schema] = {
 # A Run's frames (analyzer.model.Run).
 RUN_FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
               "threads", "graph_nodes", "op_log", "code", "step_spans")
-# What the cache keeps: the Run's frames, what the input lacks, and what views need with
-# their default options: the steps' warm-up/outlier flags, step -1's per-node numbers over
-# the default steps (analyzer.stepselect), the code paths, the scope and code trees.
-# Written in this order: the ones computed last come last.
-DERIVED_FRAMES = ("step_flags", "node_stats", "code_paths", "scopes_tree", "code_tree")
-CACHED_FRAMES = (*RUN_FRAMES, "lacks", *DERIVED_FRAMES)
+# What the cache keeps of a part: the Run's frames and what the input lacks. What is
+# derived from them (per-node numbers, trees...) is kept beside, by analyzer.products.
+CACHED_FRAMES = (*RUN_FRAMES, "lacks")
 
 # The executions frame as a Run shows it (`Run.nodes`): numbers, then the key's columns
 # (the raw key's, `stat_name` the lane's node name as recorded, and what model.py derives).

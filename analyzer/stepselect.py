@@ -8,17 +8,21 @@ checkers, the critical path's median step and the summary's statistics work on
 `analysed(run, choice)`; the summary and the advisor say which steps were left out and
 why. tfprof averages over every step: `ViewOptions.tfprof()` sets include_warmup.
 
-The cache stores step -1's per-node numbers and the default trees for the default choice
-(analyzer/load.py puts them in `Run.defaults`); `analysed` hands them to the Run of any
-choice that covers the same steps, so a warm analysis aggregates nothing again.
+The Run of a choice of steps is derived from its whole run (memoised there, not cached):
+its products (analyzer.products) are cached under the steps it keeps, so any choice that
+keeps the same steps (the default one above all) reads them back, and a warm analysis
+aggregates nothing again. Step flags are computed on the whole run and shared.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import polars as pl
 
+from analyzer import products
 from analyzer.errors import RunlensError
 from analyzer.model import Run
 from analyzer.steps import step_times
@@ -55,14 +59,19 @@ class StepChoice:
 def step_flags(run: Run) -> pl.DataFrame:
     """Every traced (worker, step): step_us, warmup, outlier, left_out (analyzer.warmup)
     and `why` ("warm-up", "outlier" or null), computed once over all of the run's steps
-    (the cache keeps it; a Run of chosen steps keeps its whole run's)."""
-    def build(r: Run) -> pl.DataFrame:
-        times = step_times(r).select("worker", "step", step_us=pl.col("duration_ns") / 1000)
-        flags = flag_steps(times)
-        return flags.with_columns(
-            why=pl.when(~pl.col("left_out")).then(None)
-            .when(pl.col("warmup")).then(pl.lit("warm-up")).otherwise(pl.lit("outlier")))
-    return run.derived_frame("step_flags", build)
+    (a product of the whole run: a Run of chosen steps has its whole run's)."""
+    return STEP_FLAGS(run)
+
+
+def _step_flags(run: Run) -> pl.DataFrame:
+    times = step_times(run).select("worker", "step", step_us=pl.col("duration_ns") / 1000)
+    flags = flag_steps(times)
+    return flags.with_columns(
+        why=pl.when(~pl.col("left_out")).then(None)
+        .when(pl.col("warmup")).then(pl.lit("warm-up")).otherwise(pl.lit("outlier")))
+
+
+STEP_FLAGS = products.register("step_flags", _step_flags, whole_run=True)
 
 
 def _in_range(choice: StepChoice) -> pl.Expr:
@@ -118,35 +127,30 @@ def left_out(run: Run, choice: StepChoice) -> list[dict]:
 
 def analysed(run: Run, choice: StepChoice | None = None) -> Run:
     """`run` restricted to the steps `choice` keeps (the run itself when it keeps them
-    all), memoized on `run`."""
+    all), memoised on `run` (one Run for choices that keep the same steps)."""
     choice = choice or StepChoice()
-    known = run.chosen.get(choice)
-    if known is not None:
-        return known
+    return products.memoised(run, ("analysed", choice), lambda: _analysed(run, choice))
+
+
+def _analysed(run: Run, choice: StepChoice) -> Run:
     flags = chosen_steps(run, choice)
     keep = flags.get_column("analysed")
     if not keep.any():
         raise RunlensError(f"{', '.join(map(str, run.paths)) or 'run'}: no traced step is "
                            "left to analyse (--steps outside the traced steps?)")
-    sub = run if keep.all() else _restricted(run, flags.filter(pl.col("analysed")))
-    if sub is not run:
-        sub.derived["step_flags"] = flags.drop("in_range", "analysed")
-        sub.derived.setdefault("code_paths", run.derived.get("code_paths"))  # type: ignore[arg-type]
-        if sub.derived["code_paths"] is None:
-            del sub.derived["code_paths"]
-    if run.defaults and keep.equals(~flags.get_column("left_out")):
-        # The cache's numbers were computed for exactly these steps.
-        sub.node_stats.setdefault(-1, run.defaults["node_stats"])
-        for name, frame in run.defaults.items():
-            if name != "node_stats":
-                sub.derived.setdefault(name, frame)
-    run.chosen[choice] = sub
-    return sub
+    if keep.all():
+        return run
+    kept = flags.filter(pl.col("analysed")).select("worker", "step")
+    # The steps kept name the Run's rows: its products are cached under them.
+    token = "steps:" + hashlib.blake2b(json.dumps(kept.rows()).encode(),
+                                       digest_size=16).hexdigest()
+    return products.memoised(run, ("kept", token), lambda: _restricted(run, kept, token))
 
 
-def _restricted(run: Run, kept: pl.DataFrame) -> Run:
-    """A Run with the rows of the `kept` (worker, step) pairs only (read when used)."""
-    pairs = kept.select("worker", "step")
+def _restricted(run: Run, kept: pl.DataFrame, token: str) -> Run:
+    """A Run with the rows of the `kept` (worker, step) pairs only (read when used), cut
+    from `run` (`token` names the pairs)."""
+    pairs = kept
 
     def by_key(name: str) -> pl.DataFrame:
         column, keys = _KEYED[name]
@@ -162,4 +166,5 @@ def _restricted(run: Run, kept: pl.DataFrame) -> Run:
 
     frames = {name: (lambda n=name: by_key(n)) for name in _KEYED}
     frames.update({name: (lambda n=name: by_worker(n)) for name in _BY_WORKER_STEP})
-    return run.replace(**frames)
+    origin = run.origin.narrow(token) if run.origin is not None else None
+    return run.with_frames(frames, origin=origin, whole=run.whole)

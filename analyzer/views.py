@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from analyzer import products
 from analyzer.codepaths import code_paths
 from analyzer.model import Run, kernel_label_expr
 from analyzer.nodestats import METRICS, node_stats
@@ -163,8 +164,7 @@ _SEPARATORS = {"scopes": "/", "code": "\x1f"}  # between the parts of a tree nod
 def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     """Shared engine of the scope and code views: the tree's nodes with their totals, then
     what is displayed. At step -1 with every op type accounted (the defaults), the nodes
-    are computed once per run and cached with it (single run dirs: a tree over several
-    workers is built from their merged numbers)."""
+    are a product: computed once per run and cached."""
     sep = _SEPARATORS[kind]
     run = chosen_run(run, opts)
     if (opts.step == -1 and _is_everything(opts.account_type_regexes)
@@ -178,12 +178,12 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
 
 def default_tree_nodes(run: Run, kind: str) -> pl.DataFrame:
     """The nodes of the `kind` tree at step -1 with every op type accounted (code: user
-    frames only), once per run."""
-    def build(r: Run) -> pl.DataFrame:
-        return tree_nodes(kind, _TREE_ITEMS[kind](r, ViewOptions()), (".*",),
-                          _SEPARATORS[kind])
+    frames only): a product (analyzer.products), computed once per Run and cached."""
+    return DEFAULT_TREE(run, kind)
 
-    return run.derived_frame(f"{kind}_tree", build)
+
+def _default_tree(run: Run, kind: str) -> pl.DataFrame:
+    return tree_nodes(kind, _TREE_ITEMS[kind](run, ViewOptions()), (".*",), _SEPARATORS[kind])
 
 
 def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, ...],
@@ -376,6 +376,7 @@ def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
 
 
 _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}
+DEFAULT_TREE = products.register("tree", _default_tree)
 
 
 def graph_view(run: Run, opts: ViewOptions) -> View:

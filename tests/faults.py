@@ -98,7 +98,9 @@ def cache_files(run_dir: Path) -> list[Path]:
 
     loc = run_dir / ".runlens" / f"cache-v{cache.CACHE_VERSION}"
     data = json.loads((loc / cache.KEY_FILE).read_text())["data"]
-    return [loc / cache.KEY_FILE, *sorted((loc / data).glob("*.parquet"))]
+    # and the products derived from them (analyzer/productcache.py), once computed
+    return [loc / cache.KEY_FILE, *sorted((loc / data).glob("*.parquet")),
+            *sorted((loc / data / "products").glob("*.product"))]
 
 
 def damage_cache_file(path: Path, rng: random.Random) -> str:

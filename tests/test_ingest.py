@@ -138,18 +138,21 @@ def test_a_process_exits_once_its_cache_is_written(run_copy):
 
 
 def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
-    """The writer waits for frames still being computed; when that fails, it gives up
-    (no half-written cache, no hang) and the error reaches the caller."""
+    """A product whose computation fails is not cached (no half-written file, no hang)
+    and the error reaches the caller; the frames it was computed from are cached."""
     run_dir = run_copy("mlp")
 
-    def broken(run):
+    def broken():
         raise ValueError("broken")
 
-    monkeypatch.setattr("analyzer.load.code_paths", broken)
+    monkeypatch.setattr("analyzer.codepaths.trace_string", broken)
+    run = load_run(run_dir)
     with pytest.raises(ValueError, match="broken"):
-        load_run(run_dir)
+        VIEWS["code"](run, ViewOptions())
     cache.wait()
-    assert list((run_dir / ".runlens").iterdir()) == []
+    [loc] = (run_dir / ".runlens").iterdir()
+    assert (loc / "key.json").is_file()
+    assert not [p for p in loc.rglob("*") if "code_paths" in p.name or "tree" in p.name]
 
 
 def test_a_new_cache_removes_the_caches_of_other_versions(run_copy):
@@ -164,8 +167,9 @@ def test_a_new_cache_removes_the_caches_of_other_versions(run_copy):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_views_read_from_the_cache_equal_fresh_views(tmp_path, workers):
-    """The cache keeps step -1's per-node numbers and the code paths: what views read from
-    it must be what a fresh ingest computes (one run dir, and a dir of two workers)."""
+    """The cache keeps step -1's per-node numbers, the code paths and the trees a first
+    analysis computed: what views read from it must be what a fresh ingest computes (one
+    run dir, and a dir of two workers)."""
     for w in range(workers):
         run_dir = tmp_path / "exp" / f"worker-{w}"
         shutil.copytree(FIXTURES / "cnn", run_dir, ignore=shutil.ignore_patterns(".runlens"))
@@ -174,18 +178,22 @@ def test_views_read_from_the_cache_equal_fresh_views(tmp_path, workers):
         (run_dir / "manifest.json").write_text(json.dumps(manifest))
     path = tmp_path / "exp" if workers > 1 else tmp_path / "exp" / "worker-0"
     fresh = load_run(path, use_cache=False)
-    load_run(path)  # writes the cache
+    first = load_run(path)  # writes the cache
+    for view in VIEWS.values():
+        view(first, ViewOptions())  # and the products views need
+    cache.wait()
     cached = load_run(path)
-    assert callable(cached.derived["code_paths"])  # read from Parquet, not recomputed
     for kind, view in VIEWS.items():
         a, b = view(fresh, ViewOptions()), view(cached, ViewOptions())
         assert a.rows.height > 0 and a.rows.equals(b.rows) and a.root == b.root, kind
+    assert callable(cached._frames["code"])  # code paths read from the cache, not recomputed
 
 
 def test_unwritable_run_dir_caches_in_the_user_cache(run_copy, tmp_path):
     run_dir = run_copy("mlp")
     (run_dir / ".runlens").write_text("a file where the cache folder would go")
     load_run(run_dir)
+    cache.wait()  # written in the background
     user_cache = tmp_path / "user-cache" / "runlens"
     assert any(user_cache.iterdir())
     again = load_run(run_dir)
