@@ -7,6 +7,8 @@ without the XSpace decoder, xplane files are walked with protobuf (same frames, 
 without the ProfileProto run reader, tfprof profiles' runs are walked with protobuf.
 """
 
+from glob import glob
+
 from setuptools import Extension, setup
 
 setup(
@@ -14,6 +16,9 @@ setup(
         Extension(
             "analyzer._stepstats",
             sources=["analyzer/_stepstats.c"],
+            # its parts, #included into one translation unit: rebuilt when one changes,
+            # and shipped in the sdist
+            depends=sorted(glob("analyzer/stepstats_c/*.h")),
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),
