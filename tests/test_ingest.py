@@ -300,6 +300,7 @@ def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
     the cached step flags) and then by this one is computed again, not read."""
     run_dir = run_copy("mlp")
     other = tmp_path / "other"
+    shutil.copytree(ROOT / "runlens", other / "runlens", symlinks=True)  # -> ../analyzer
     shutil.copytree(ROOT / "analyzer", other / "analyzer",
                     ignore=shutil.ignore_patterns("__pycache__"))
     with open(other / "analyzer" / "warmup.py", "a") as f:
