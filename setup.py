@@ -1,5 +1,8 @@
 """Build hook for the optional native extensions (metadata lives in pyproject.toml).
 
+They are built as modules of runlens.analyzer (installed under runlens/analyzer/; in an
+editable install next to their sources, through the runlens/analyzer link).
+
 All are optional: where they cannot be compiled, runlens installs anyway. Without the
 StepStats decoder, ingest falls back to its protobuf walk (same frames, ~20x slower);
 without the JSON row renderer, the timeline is rendered by polars (same bytes, slower);
@@ -7,30 +10,35 @@ without the XSpace decoder, xplane files are walked with protobuf (same frames, 
 without the ProfileProto run reader, tfprof profiles' runs are walked with protobuf.
 """
 
+from glob import glob
+
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension(
-            "analyzer._stepstats",
+            "runlens.analyzer._stepstats",
             sources=["analyzer/_stepstats.c"],
+            # its parts, #included into one translation unit: rebuilt when one changes,
+            # and shipped in the sdist
+            depends=sorted(glob("analyzer/stepstats_c/*.h")),
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),
         Extension(
-            "analyzer._xplane",
+            "runlens.analyzer._xplane",
             sources=["analyzer/_xplane.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),
         Extension(
-            "analyzer._tfprof",
+            "runlens.analyzer._tfprof",
             sources=["analyzer/_tfprof.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),
         Extension(
-            "analyzer._jsonrows",
+            "runlens.analyzer._jsonrows",
             sources=["analyzer/render/_jsonrows.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],

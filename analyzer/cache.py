@@ -95,10 +95,11 @@ def code_digest() -> str:
 
 def code_files() -> list[Path]:
     """The files whose code could decide what the cache holds: every module of analyzer/
-    and its packages (a new package is covered without a change here), its C sources and
-    built modules."""
+    and its packages (a new package is covered without a change here), its C sources (and
+    their #included parts) and built modules."""
     package = Path(__file__).parent
-    return sorted(p for pattern in ("*.py", "*.c", "_*.so") for p in package.rglob(pattern)
+    patterns = ("*.py", "*.c", "*.h", "_*.so")
+    return sorted(p for pattern in patterns for p in package.rglob(pattern)
                   if "__pycache__" not in p.parts)
 
 

@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from engine import cpu_busy_seconds, cpu_model  # noqa: E402
+from machine import cpu_busy_seconds, cpu_model  # noqa: E402
 
 DEFAULT_LAYERS = "256,512,512,10"
 
@@ -60,7 +60,7 @@ DEFAULT_LAYERS = "256,512,512,10"
 # ----------------------------------------------------------------------------- machine
 
 
-# cpu_model and cpu_busy_seconds are engine.py's (one description of the machine).
+# cpu_model and cpu_busy_seconds are machine.py's (one description of the machine).
 
 
 def own_cpu_seconds() -> float:

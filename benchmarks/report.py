@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.engine import build_run, machine  # noqa: E402
+from benchmarks.engine import build_run  # noqa: E402
+from benchmarks.machine import machine  # noqa: E402
 
 PAGE_ONLY = """
 import sys, time

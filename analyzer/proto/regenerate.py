@@ -6,8 +6,10 @@ Usage, from the repository root::
     python -m analyzer.proto.regenerate --check  # exit 1 if any is stale
 
 Every ``analyzer/proto/*.proto`` is compiled with ``grpc_tools.protoc`` using
-the repository root as the only include path (``-I .``), so the generated
-imports read ``from analyzer.proto import step_stats_pb2``. Files are compiled
+the repository root as the only include path (``-I .``), by its path through the
+``runlens/analyzer`` link (``runlens/analyzer/proto/step_stats.proto``), so the
+generated imports read ``from runlens.analyzer.proto import step_stats_pb2``, the
+name runlens installs them under. Files are compiled
 in sorted order into a temporary directory and then compared with (or copied
 over) the committed ones, so the result is deterministic for a given
 grpcio-tools version. Only files whose content changed are rewritten.
@@ -34,8 +36,9 @@ from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROTO_DIR.parents[1]
-# Package path of the generated modules, relative to REPO_ROOT.
-PACKAGE_REL = PROTO_DIR.relative_to(REPO_ROOT)
+# Package path of the generated modules, relative to REPO_ROOT: their import name
+# (runlens/analyzer links to analyzer/).
+PACKAGE_REL = Path("runlens", PROTO_DIR.parent.name, PROTO_DIR.name)
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 _VERSION_HEADER = re.compile(r"^# Protobuf Python Version: (\S+)$", re.MULTILINE)
@@ -47,7 +50,7 @@ class RegenerateError(RuntimeError):
 
 def proto_files() -> list[Path]:
     """The .proto sources, as paths relative to REPO_ROOT, in sorted order."""
-    return sorted(p.relative_to(REPO_ROOT) for p in PROTO_DIR.glob("*.proto"))
+    return sorted(PACKAGE_REL / p.name for p in PROTO_DIR.glob("*.proto"))
 
 
 def committed_files() -> dict[str, bytes]:

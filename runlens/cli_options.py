@@ -1,0 +1,1 @@
+../cli_options.py

@@ -1,0 +1,155 @@
+"""runlens installs one top-level name, `runlens` (runlens.analyzer, runlens.checkers,
+runlens.cli, runlens.cli_options), so that it never collides with another package's
+`cli` or `analyzer`; and the tree imports itself only by those names (a module imported
+as both `analyzer.x` and `runlens.analyzer.x` would be two modules with two registries)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_NAMES = ("analyzer", "checkers", "cli", "cli_options")
+# Import statements in a one-line program (`python -c "import sys, analyzer; ..."`).
+IN_STRING = re.compile(r"(?:^|[;\n])[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b"
+                       r"|import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*))")
+
+
+def _tree_python_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                          "*.py", "*.pyi"], cwd=ROOT, capture_output=True, check=True).stdout
+    paths = [ROOT / p for p in out.decode().split("\0") if p]
+    return [p for p in paths if p.is_file() and not p.is_symlink()]
+
+
+def _imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in `path`: its statements, and those in
+    its string constants (code run by `python -c`)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in IN_STRING.finditer(node.value):
+                names = [m[1]] if m[1] else [n.strip() for n in m[2].split(",")]
+                out += [(node.lineno, n) for n in names]
+    return out
+
+
+def test_no_module_in_the_tree_imports_an_old_top_level_name():
+    found = [f"{path.relative_to(ROOT)}:{line}: {name}"
+             for path in _tree_python_files() for line, name in _imported(path)
+             if name.split(".")[0] in OLD_NAMES]
+    assert not found, "old names (run tools/rename_imports.py):\n" + "\n".join(found)
+
+
+def test_the_rename_script_finds_nothing_left_to_rewrite():
+    """Its --check also covers quoted module names, `-m` commands, docs and .proto files."""
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "rename_imports.py"), "--check"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_source_tree_links_to_the_real_directories():
+    for name in OLD_NAMES:
+        link = ROOT / "runlens" / (name if name in ("analyzer", "checkers") else f"{name}.py")
+        assert link.is_symlink() and link.resolve() == (ROOT / link.name).resolve(), link
+
+
+def _checkout(dest: Path) -> None:
+    """The tree's files as a fresh clone would hold them (symlinks as links; no build/,
+    no built modules), so the wheel is built from what is committed, not from leftovers."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, out.decode().split("\0")):
+        src, dst = ROOT / rel, dest / rel
+        if not (src.is_symlink() or src.is_file()):
+            continue  # deleted, not yet committed
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(src.readlink())
+        else:
+            shutil.copy2(src, dst)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """runlens's wheel, built from a copy of this tree as `pip install .` builds it."""
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build the wheel's C modules (the dev setup has it)")
+    tree, out = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("wheel")
+    _checkout(tree)
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                          "--no-build-isolation", "-w", str(out), str(tree)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    (built,) = out.glob("runlens-*.whl")
+    return built
+
+
+def test_a_wheel_holds_only_the_runlens_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"runlens"}
+    for expected in ("runlens/__init__.py", "runlens/cli.py", "runlens/cli_options.py",
+                     "runlens/analyzer/load.py", "runlens/checkers/base.py",
+                     "runlens/analyzer/proto/step_stats.proto",
+                     "runlens/analyzer/proto/step_stats_pb2.pyi",
+                     "runlens/analyzer/_stepstats.pyi",
+                     "runlens/analyzer/report/vendor/echarts.min.js"):
+        assert expected in names
+    for module in ("_stepstats", "_xplane", "_tfprof", "_jsonrows"):  # built with gcc
+        assert any(re.fullmatch(rf"runlens/analyzer/{module}\.[^/]*\.so", n) for n in names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert re.search(r"^analyze = runlens\.cli:main$", text, re.MULTILINE)
+
+
+CHILD = """
+import functools, json, os, sys
+from runlens import cli
+from runlens.analyzer import ingest, load
+try:
+    cli.main(["advise", "--no-cache", "--format", "json", sys.argv[1]])
+except SystemExit as e:
+    code = e.code
+# Ingest in spawned processes: the pool's children unpickle runlens.analyzer.load's
+# function by its installed name.
+os.environ["RUNLENS_PURE_PYTHON"] = "1"
+load.PARALLEL_MIN_BYTES = 0
+pools = []
+in_processes = load._ingest_in_processes
+load._ingest_in_processes = lambda *a: pools.append(in_processes(*a)) or pools[-1]
+run = load.load_run(sys.argv[2], jobs=2, use_cache=False)
+old = sorted(m for m in sys.modules if m.split(".")[0] in %r)
+print()  # advise's JSON ends without a newline
+print(json.dumps({"code": code, "old": old, "file": load.__file__, "pool": pools[0] is not None,
+                  "native": ingest._stepstats is not None, "rows": run.nodes.height}))
+"""
+
+
+def test_the_installed_wheel_runs_under_its_own_names(wheel, tmp_path):
+    """Unpacked where nothing else is on the path (not the repository), `analyze advise`
+    and a multi-process ingest run, and no module was imported by an old name."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    fixtures = ROOT / "fixtures" / "runs"
+    res = subprocess.run([sys.executable, "-c", CHILD % (OLD_NAMES,), str(fixtures / "cnn"),
+                          str(fixtures / "rnn_while")], cwd=tmp_path, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0, res.stderr
+    assert out["old"] == []
+    assert Path(out["file"]).is_relative_to(site)
+    assert out["native"] and out["pool"] and out["rows"] > 0
