@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.errors import InputFileError
+from runlens.analyzer.errors import InputFileError
 
 BASELINE_KIND = "runlens-baseline"
 BASELINE_SCHEMA = 1  # one run
@@ -32,8 +32,8 @@ MAX_SCOPE_DEPTH = 64
 def save_baseline(samples: Any, path: Path) -> None:
     """Write `samples` (analyzer.compare.Samples) as a baseline, atomically: schema 1 for
     one run, schema 2 when it holds several runs (each run's node medians apart)."""
-    from analyzer.baseruns import run_sources
-    from analyzer.rundir import atomic_write
+    from runlens.analyzer.baseruns import run_sources
+    from runlens.analyzer.rundir import atomic_write
 
     wide = samples.samples.group_by("kind", "name").agg(
         pl.col("value_us").sort_by("sample").round(3))
@@ -174,7 +174,7 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
 
 def load_baseline(path: Path) -> Any:
     """Read and validate a baseline file into analyzer.compare.Samples."""
-    from analyzer.compare import Samples
+    from runlens.analyzer.compare import Samples
 
     try:
         text = path.read_text()

@@ -25,8 +25,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from analyzer.capture_logs import TfLogQuieter
-from analyzer.rundir import RunDirWriter
+from runlens.analyzer.capture_logs import TfLogQuieter
+from runlens.analyzer.rundir import RunDirWriter
 
 log = logging.getLogger("runlens.capture")
 

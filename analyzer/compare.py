@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
-from analyzer.baseruns import (
+from runlens.analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
+from runlens.analyzer.baseruns import (
     n_runs,
     normalize_runs,
     pooled_node_medians,
@@ -30,11 +30,16 @@ from analyzer.baseruns import (
     run_index,
     run_spread,
 )
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.model import Run
-from analyzer.stats import benjamini_hochberg, hodges_lehmann, mann_whitney_greater, smallest_p
-from analyzer.steps import step_times
-from analyzer.warmup import flag_steps
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.model import Run
+from runlens.analyzer.stats import (
+    benjamini_hochberg,
+    hodges_lehmann,
+    mann_whitney_greater,
+    smallest_p,
+)
+from runlens.analyzer.steps import step_times
+from runlens.analyzer.warmup import flag_steps
 
 __all__ = ["BASELINE_KIND", "BASELINE_SCHEMA", "Comparison", "Samples", "compare",
            "is_baseline_file", "load_baseline", "samples_from_run", "save_baseline"]
@@ -152,7 +157,7 @@ def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
 def is_baseline_file(path: Path) -> bool:
     """A .json file that no source reads as a profile (a tf.timeline trace is a .json
     too); InputFileError when the path cannot even be looked at."""
-    from analyzer.sources import detect
+    from runlens.analyzer.sources import detect
 
     try:
         if not (path.is_file() and path.suffix == ".json"):

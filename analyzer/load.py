@@ -28,13 +28,13 @@ from typing import Any
 
 import polars as pl
 
-from analyzer import cache, ingest, sources
-from analyzer.background import Background, map_in_processes
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.model import Run, built, derive_keys
-from analyzer.productcache import Origin
-from analyzer.rundir import RunDir
-from analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
+from runlens.analyzer import cache, ingest, sources
+from runlens.analyzer.background import Background, map_in_processes
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.model import Run, built, derive_keys
+from runlens.analyzer.productcache import Origin
+from runlens.analyzer.rundir import RunDir
+from runlens.analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from analyzer.schema import (
+from runlens.analyzer.schema import (
     KEY_COLUMNS,
     NODE_COLUMNS,
     OUTPUT_COLUMNS,
@@ -23,7 +23,7 @@ from analyzer.schema import (
 )
 
 if TYPE_CHECKING:
-    from analyzer.productcache import Origin
+    from runlens.analyzer.productcache import Origin
 
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"

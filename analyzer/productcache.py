@@ -32,8 +32,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analyzer import cache
-from analyzer import digest as content
+from runlens.analyzer import cache
+from runlens.analyzer import digest as content
 
 MAGIC = b"runlens-product-1\n"
 FOLDER = "products"

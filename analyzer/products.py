@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from analyzer import digest as content
-from analyzer import productcache
+from runlens.analyzer import digest as content
+from runlens.analyzer import productcache
 
 if TYPE_CHECKING:
-    from analyzer.model import Run
+    from runlens.analyzer.model import Run
 
 PACKAGE = __name__.rpartition(".")[0]  # the engine's package, wherever it is installed
 ROOT = os.path.dirname(os.path.abspath(__file__))

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.model import Run
+from runlens.analyzer.model import Run
 
 
 def step_times(run: Run) -> pl.DataFrame:
@@ -45,7 +45,7 @@ def summary(run: Run, choice: Any = None) -> dict:
     steps `choice` keeps (analyzer.stepselect.StepChoice; default: warm-up and outlier
     steps left out), the steps left out and why, every step's time, and what the input
     lacks."""
-    from analyzer.stepselect import StepChoice, chosen_steps, left_out
+    from runlens.analyzer.stepselect import StepChoice, chosen_steps, left_out
 
     choice = choice or StepChoice()
     flags = chosen_steps(run, choice)

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer import products
-from analyzer.errors import RunlensError
-from analyzer.model import Run
-from analyzer.steps import step_times
-from analyzer.warmup import flag_steps
+from runlens.analyzer import products
+from runlens.analyzer.errors import RunlensError
+from runlens.analyzer.model import Run
+from runlens.analyzer.steps import step_times
+from runlens.analyzer.warmup import flag_steps
 
 # Frames with one row per (worker, step, ...) that a choice of steps restricts; the
 # executions and outputs carry the worker in their key tables.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analyzer.view_options import ORDER_BY
+from runlens.analyzer.view_options import ORDER_BY
 
 
 def part_ends(parts: pl.Expr, sep: str) -> pl.Expr:

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from analyzer.errors import RunlensError
+from runlens.analyzer.errors import RunlensError
 
 ORDER_BY = {
     "name": "name", "bytes": "requested_bytes", "peak_bytes": "peak_bytes",

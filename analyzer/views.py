@@ -17,13 +17,13 @@ from typing import Any
 
 import polars as pl
 
-from analyzer import products
-from analyzer.codepaths import code_paths
-from analyzer.model import Run, kernel_label_expr
-from analyzer.nodestats import METRICS, node_stats
-from analyzer.stepselect import StepChoice, analysed
-from analyzer.treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
-from analyzer.view_options import (  # noqa: F401 (ViewOptionError: re-exported)
+from runlens.analyzer import products
+from runlens.analyzer.codepaths import code_paths
+from runlens.analyzer.model import Run, kernel_label_expr
+from runlens.analyzer.nodestats import METRICS, node_stats
+from runlens.analyzer.stepselect import StepChoice, analysed
+from runlens.analyzer.treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
+from runlens.analyzer.view_options import (  # noqa: F401 (ViewOptionError: re-exported)
     ORDER_BY,
     THRESHOLDS,
     ViewOptionError,

@@ -47,9 +47,9 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import analyzer.compare as _gate  # noqa: E402
-from analyzer.compare import Samples, compare, samples_from_run  # noqa: E402
-from analyzer.load import load_run  # noqa: E402
+import runlens.analyzer.compare as _gate  # noqa: E402
+from runlens.analyzer.compare import Samples, compare, samples_from_run  # noqa: E402
+from runlens.analyzer.load import load_run  # noqa: E402
 
 # The size-class floors as shipped (--tune sets the module's floors to 0 to record).
 _CLASS = (dict(_gate.STEP_FLOORS), _gate.SCOPE_FLOORS, _gate.OP_FLOORS)
@@ -224,7 +224,7 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
                 record: list | None = None, label: str = "") -> list[dict]:
     """Base: k runs of one session (n steps each); new: one run of another session.
     `pairs` are the (base session, new session) pairs to draw from."""
-    from analyzer.baseruns import merge_runs
+    from runlens.analyzer.baseruns import merge_runs
 
     spread_out = label.endswith("sessions")  # one base run from each of k sessions
     news = sorted({b for _, b in pairs})
@@ -333,12 +333,12 @@ def tune(record: list, margins: list[float], mins: list[float]) -> pl.DataFrame:
 
 def run_sessions(args) -> None:
     """--sessions: base = k runs of one session, new = a run of another session."""
-    import analyzer.baseruns as runs_rule
+    import runlens.analyzer.baseruns as runs_rule
 
     if args.tune:  # every floor at 0: record what each floor rule would call
         runs_rule.RUN_SPREAD_X = 0.0
         runs_rule.RUN_FLOOR_MIN = {"step": 0.0, "scope": 0.0}
-        import analyzer.compare as gate
+        import runlens.analyzer.compare as gate
         gate.SCOPE_FLOORS = ((0.10, 0.0), (0.03, 0.0), (gate.NOISE_FLOOR, 0.0))
         gate.OP_FLOORS = gate.SCOPE_FLOORS
         gate.STEP_FLOORS = {gate.STEP_TIME: 0.0, gate.OP_TIME: 0.0}
@@ -432,7 +432,7 @@ def main() -> None:
         run_sessions(args)
         print(f"done in {time.monotonic() - started:.0f}s")
         return
-    import analyzer.compare as gate
+    import runlens.analyzer.compare as gate
 
     if args.scope_floors:
         big, mid, small = (f / 100 for f in args.scope_floors)

@@ -76,7 +76,7 @@ from benchmarks.machine import machine  # noqa: E402
 
 def build_run(fixture: Path, out: Path, target: int, seed: int) -> dict[str, Any]:
     """Write a run dir at `out` with >= `target` node stats from `fixture`'s step files."""
-    from analyzer.proto import config_pb2
+    from runlens.analyzer.proto import config_pb2
 
     src_files = sorted((fixture / "steps").glob("step-*.pb"))
     if not src_files:

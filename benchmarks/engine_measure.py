@@ -111,9 +111,9 @@ def emit_rusage() -> None:
 
 
 def _drop_cache(run_path: Path) -> None:
-    from analyzer import cache
-    from analyzer.sources import Selection
-    from analyzer.sources.rundir import SOURCE
+    from runlens.analyzer import cache
+    from runlens.analyzer.sources import Selection
+    from runlens.analyzer.sources.rundir import SOURCE
 
     for part in SOURCE.parts(Path(run_path), Selection()):
         for loc in cache._locations(part):  # the run dir's .runlens/ and the user cache dir
@@ -122,9 +122,9 @@ def _drop_cache(run_path: Path) -> None:
 
 
 def _cache_present(run_path: Path) -> bool:
-    from analyzer import cache
-    from analyzer.sources import Selection
-    from analyzer.sources.rundir import SOURCE
+    from runlens.analyzer import cache
+    from runlens.analyzer.sources import Selection
+    from runlens.analyzer.sources.rundir import SOURCE
 
     part = SOURCE.parts(Path(run_path), Selection())[0]
     return any((loc / "key.json").is_file() for loc in cache._locations(part))
@@ -134,9 +134,9 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     t = time.perf_counter()
     import polars  # noqa: F401
 
-    from analyzer.ingest import native_decoder_available
-    from analyzer.load import load_run
-    from analyzer.views import VIEWS, ViewOptions
+    from runlens.analyzer.ingest import native_decoder_available
+    from runlens.analyzer.load import load_run
+    from runlens.analyzer.views import VIEWS, ViewOptions
     emit(import_seconds=time.perf_counter() - t, native_decoder=native_decoder_available())
 
     if mode in ("cold", "no-cache"):
@@ -158,7 +158,7 @@ def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
                                            if not k.endswith("_rows")))
     # The cache is written in the background while views run; the process exits (and the
     # measurement ends) once it is written.
-    from analyzer import cache
+    from runlens.analyzer import cache
 
     t = time.perf_counter()
     cache.wait()
@@ -230,8 +230,8 @@ def child_profile(run_path: Path, mode: str, jobs: int | None, top: int) -> None
     import io
     import pstats
 
-    from analyzer.load import load_run
-    from analyzer.views import VIEWS, ViewOptions
+    from runlens.analyzer.load import load_run
+    from runlens.analyzer.views import VIEWS, ViewOptions
 
     if mode == "profile-cold":
         _drop_cache(run_path)

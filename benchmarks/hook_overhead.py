@@ -107,7 +107,7 @@ def build(
 ) -> Session:
     import tensorflow as tf
 
-    from analyzer.capture import CaptureHook
+    from runlens.analyzer.capture import CaptureHook
 
     layers = args.layers
     name = f"{cfg.key}{index + 1}"
@@ -199,7 +199,7 @@ def read_global_step(s: Session) -> int:
 
 
 def traced_steps(s: Session) -> set[int]:
-    from analyzer.rundir import STEP_FILE_RE
+    from runlens.analyzer.rundir import STEP_FILE_RE
 
     assert s.out_dir is not None
     return {

@@ -38,9 +38,9 @@ from benchmarks.machine import machine  # noqa: E402
 
 PAGE_ONLY = """
 import sys, time
-import checkers
-from analyzer.load import load_run
-from analyzer.report import run_page
+from runlens import checkers
+from runlens.analyzer.load import load_run
+from runlens.analyzer.report import run_page
 run = load_run(sys.argv[1])
 t = time.perf_counter()
 html = run_page(run, checkers.run_checks(run), sys.argv[1])
@@ -78,7 +78,7 @@ def main() -> int:
             print(f"built {info['node_stats']:,} node stats in {info['steps']} steps "
                   f"({info['build_seconds']:.0f} s)")
         page = tmp / "page.html"
-        analyze = [sys.executable, "-c", "import cli; cli.main()", "report", str(big),
+        analyze = [sys.executable, "-c", "from runlens import cli; cli.main()", "report", str(big),
                    "-o", str(page)]
         env_cmd = ["env", f"PYTHONPATH={ROOT}", *analyze]
         cold = []

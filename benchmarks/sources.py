@@ -69,8 +69,8 @@ JOBS: int | None = None  # load_run(jobs=...); None: os.cpu_count()
 
 
 def runlens_work(path: Path, use_cache: bool, views: tuple[str, ...]) -> None:
-    from analyzer.load import load_run
-    from analyzer.views import VIEWS, ViewOptions
+    from runlens.analyzer.load import load_run
+    from runlens.analyzer.views import VIEWS, ViewOptions
 
     run = load_run(path, use_cache=use_cache, jobs=JOBS)
     for kind in views:
@@ -79,7 +79,7 @@ def runlens_work(path: Path, use_cache: bool, views: tuple[str, ...]) -> None:
 
 def drop_cache(path: Path) -> Callable[[], None]:
     def drop() -> None:
-        from analyzer import cache
+        from runlens.analyzer import cache
 
         cache.wait()
         folder = path if path.is_dir() else path.parent
@@ -114,7 +114,7 @@ def child(repo: str, path: str, views: str, repeat: str, jobs: str) -> None:
     global JOBS
     JOBS = int(jobs) or None
     sys.path.insert(0, repo)
-    import analyzer
+    from runlens import analyzer
 
     assert Path(analyzer.__file__).resolve().is_relative_to(Path(repo).resolve()), (
         f"runlens imported from {analyzer.__file__}, not {repo}")
@@ -122,7 +122,7 @@ def child(repo: str, path: str, views: str, repeat: str, jobs: str) -> None:
 
 
 def _runlens_rows(path: Path, views: tuple[str, ...], repeat: int) -> dict[str, float]:
-    from analyzer import cache
+    from runlens.analyzer import cache
 
     drop = drop_cache(path)
     out = {

@@ -68,9 +68,9 @@ def main() -> int:
 
     from engine import build_run, machine
 
-    from analyzer.load import load_run
-    from analyzer.render.chrome_trace import export
-    from analyzer.timeline import TimelineOptions
+    from runlens.analyzer.load import load_run
+    from runlens.analyzer.render.chrome_trace import export
+    from runlens.analyzer.timeline import TimelineOptions
 
     m = machine()
     print(f"machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, {m['os']}; "

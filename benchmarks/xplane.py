@@ -54,7 +54,7 @@ def _delimited(field: int, payload: bytes) -> bytes:
 
 
 def build(source: Path, copies: int, out: Path) -> None:
-    from analyzer.proto import xplane_pb2
+    from runlens.analyzer.proto import xplane_pb2
 
     space = xplane_pb2.XSpace.FromString(source.read_bytes())
     tmp = out.with_name(f".{out.name}.tmp")
@@ -94,7 +94,7 @@ _RUNLENS = """
 import json, resource, sys, time
 t = time.perf_counter()
 import polars as pl
-from analyzer.load import load_run
+from runlens.analyzer.load import load_run
 run = load_run(sys.argv[1], use_cache=False, jobs=2)
 ops = run.nodes_lazy().group_by("op_type").agg(pl.col("op_end_rel_ns").sum()).collect()
 r = resource.getrusage(resource.RUSAGE_SELF)
@@ -116,7 +116,7 @@ print(json.dumps({"seconds": time.perf_counter() - t, "bytes": len(data or b""),
 _BASELINE = """
 import json, resource
 import polars, numpy
-from analyzer.load import load_run
+from runlens.analyzer.load import load_run
 print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 

@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from analyzer.errors import RunlensError
-from analyzer.graph import CriticalPath, step_critical_paths
-from analyzer.model import Run
-from analyzer.nodestats import node_stats
-from analyzer.steps import median_step, step_times
-from analyzer.stepselect import StepChoice, analysed, chosen_steps
+from runlens.analyzer.errors import RunlensError
+from runlens.analyzer.graph import CriticalPath, step_critical_paths
+from runlens.analyzer.model import Run
+from runlens.analyzer.nodestats import node_stats
+from runlens.analyzer.steps import median_step, step_times
+from runlens.analyzer.stepselect import StepChoice, analysed, chosen_steps
 
 
 class Severity(enum.IntEnum):

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from analyzer.codepaths import GRADIENT_SUFFIX, code_paths
-from analyzer.model import kernel_label_expr
-from analyzer.render.units import fmt_us
-from checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from runlens.analyzer.codepaths import GRADIENT_SUFFIX, code_paths
+from runlens.analyzer.model import kernel_label_expr
+from runlens.analyzer.render.units import fmt_us
+from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 5
 DOMINANT = 0.20  # report when one kernel takes at least this share of op time

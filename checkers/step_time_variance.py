@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from analyzer.render.units import fmt_us
-from checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+from runlens.analyzer.render.units import fmt_us
+from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
 
 Z_OUTLIER = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
 MIN_RATIO = 1.5  # and a straggler is at least this much slower than the median step

@@ -33,7 +33,7 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from analyzer.capture import CaptureHook
+    from runlens.analyzer.capture import CaptureHook
 
     tf.compat.v1.disable_eager_execution()
     with tf.Graph().as_default():

@@ -49,7 +49,7 @@ def _isolated_user_cache(tmp_path, monkeypatch):
 
 def run_cli(args: list[str], expect_exit: int = 0):
     """Run `analyze ARGS` in-process; assert the exit code and that no traceback leaked."""
-    from cli import main
+    from runlens.cli import main
 
     result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
     output = result.output + (result.stderr if result.stderr_bytes is not None else "")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analyzer import ingest
-from analyzer.load import load_run
-from analyzer.views import VIEWS, ViewOptions
+from runlens.analyzer import ingest
+from runlens.analyzer.load import load_run
+from runlens.analyzer.views import VIEWS, ViewOptions
 
 # The executions as read (no column derived from graphs, which a damaged but valid
 # partition graph may legitimately change).
@@ -41,7 +41,7 @@ def raw_rows(run) -> pl.DataFrame:
 
 def graph_spans(raw: bytes) -> list[tuple[int, int]]:
     """Byte ranges (start, length) of a step file's distinct partition graphs."""
-    from analyzer import _stepstats  # type: ignore[attr-defined]
+    from runlens.analyzer import _stepstats  # type: ignore[attr-defined]
 
     return [(a, b - a) for a, b in _stepstats.split_run_metadata(raw)[1]]
 
@@ -94,7 +94,7 @@ def check_step_fault(run_dir: Path, victim: Path, victim_step: int,
 
 
 def cache_files(run_dir: Path) -> list[Path]:
-    from analyzer import cache
+    from runlens.analyzer import cache
 
     loc = run_dir / ".runlens" / f"cache-v{cache.CACHE_VERSION}"
     data = json.loads((loc / cache.KEY_FILE).read_text())["data"]

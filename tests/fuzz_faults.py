@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analyzer import cache  # noqa: E402
-from analyzer.load import load_run  # noqa: E402
-from analyzer.rundir import find_runs  # noqa: E402
+from runlens.analyzer import cache  # noqa: E402
+from runlens.analyzer.load import load_run  # noqa: E402
+from runlens.analyzer.rundir import find_runs  # noqa: E402
 from tests import faults  # noqa: E402
 from tests.conftest import FIXTURE_NAMES, FIXTURES  # noqa: E402
 from tests.test_faults import _READER, _WRITER  # noqa: E402

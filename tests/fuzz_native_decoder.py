@@ -29,8 +29,8 @@ SEED_FIXTURES = ("plain_session", "cnn", "gpu_mnist", "rnn_while", "gpu_kittibox
 
 def fuzz(so: Path, iterations: int, seed: int) -> None:
     sys.path.insert(0, str(ROOT))
-    from analyzer import ingest
-    from analyzer.rundir import find_runs
+    from runlens.analyzer import ingest
+    from runlens.analyzer.rundir import find_runs
     from tests.test_native_decoder import _mutations
 
     module = sanitized.load("_stepstats", so)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from click.testing import CliRunner  # noqa: E402
 
-from cli import main as cli_main  # noqa: E402
+from runlens.cli import main as cli_main  # noqa: E402
 
 SRC = ROOT / "fixtures" / "sources"
 FILES = [(SRC / "profilerhook" / "timeline-3.json", "timeline"),

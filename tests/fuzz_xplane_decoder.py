@@ -31,11 +31,11 @@ def _install(so: Path) -> None:
     """The sanitized module as analyzer._xplane, before the sources import it."""
     module = sanitized.load("_xplane", so)
     sys.path.insert(0, str(ROOT))
-    import analyzer
+    from runlens import analyzer
 
-    sys.modules["analyzer._xplane"] = module
+    sys.modules["runlens.analyzer._xplane"] = module
     analyzer._xplane = module  # type: ignore[attr-defined]
-    from analyzer.sources import xplane_wire
+    from runlens.analyzer.sources import xplane_wire
 
     assert xplane_wire._xplane is module
 
@@ -58,8 +58,8 @@ def _mutate(data: bytes, rng: random.Random) -> bytes:
 def fuzz(iterations: int, seed: int) -> None:
     import numpy as np
 
-    from analyzer.errors import InputFileError
-    from analyzer.sources import xplane, xplane_wire
+    from runlens.analyzer.errors import InputFileError
+    from runlens.analyzer.sources import xplane, xplane_wire
     from tests.xplane_run import CAPTURED, fixture_file
 
     native = xplane_wire._xplane

@@ -108,7 +108,7 @@ def main() -> int:
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    analyze = [sys.executable, "-c", "import cli; cli.main()"]
+    analyze = [sys.executable, "-c", "from runlens import cli; cli.main()"]
     with tempfile.TemporaryDirectory() as tmp:
         pages = {
             "report-run.png": [*analyze, "report", "fixtures/runs/cnn", "-o", f"{tmp}/r.html"],

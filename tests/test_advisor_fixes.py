@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-import checkers
-from analyzer.load import load_run
-from checkers.base import REGISTRY
+from runlens import checkers
+from runlens.analyzer.load import load_run
+from runlens.checkers.base import REGISTRY
 from tests.conftest import FIXTURES
 
 tf = pytest.importorskip("tensorflow")

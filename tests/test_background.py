@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from analyzer.background import Background, map_in_processes
+from runlens.analyzer.background import Background, map_in_processes
 
 
 def _square(x: int) -> int:

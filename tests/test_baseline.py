@@ -14,10 +14,10 @@ import re
 
 import pytest
 
-from analyzer.baseline import load_baseline, save_baseline
-from analyzer.compare import samples_from_run
-from analyzer.errors import InputFileError
-from analyzer.load import load_run
+from runlens.analyzer.baseline import load_baseline, save_baseline
+from runlens.analyzer.compare import samples_from_run
+from runlens.analyzer.errors import InputFileError
+from runlens.analyzer.load import load_run
 from tests.conftest import ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"

@@ -13,11 +13,11 @@ import re
 import polars as pl
 import pytest
 
-from analyzer.baseline import load_baseline
-from analyzer.baseruns import merge_runs, run_sources
-from analyzer.compare import Samples, compare, samples_from_run
-from analyzer.errors import InputFileError
-from analyzer.load import load_run
+from runlens.analyzer.baseline import load_baseline
+from runlens.analyzer.baseruns import merge_runs, run_sources
+from runlens.analyzer.compare import Samples, compare, samples_from_run
+from runlens.analyzer.errors import InputFileError
+from runlens.analyzer.load import load_run
 from tests.conftest import ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"

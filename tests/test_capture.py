@@ -16,9 +16,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from analyzer.capture import CaptureHook, StepTimer, trace_step  # noqa: E402
-from analyzer.proto import config_pb2  # noqa: E402
-from analyzer.rundir import STEP_FILE_RE, find_runs  # noqa: E402
+from runlens.analyzer.capture import CaptureHook, StepTimer, trace_step  # noqa: E402
+from runlens.analyzer.proto import config_pb2  # noqa: E402
+from runlens.analyzer.rundir import STEP_FILE_RE, find_runs  # noqa: E402
 
 TRAIN = Path(__file__).with_name("capture_train.py")
 

@@ -9,9 +9,9 @@ import json
 import polars as pl
 import pytest
 
-from analyzer.compare import Samples, compare, samples_from_run, warmup_steps
-from analyzer.load import load_run
-from analyzer.warmup import flag_steps
+from runlens.analyzer.compare import Samples, compare, samples_from_run, warmup_steps
+from runlens.analyzer.load import load_run
+from runlens.analyzer.warmup import flag_steps
 from tests.conftest import ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"
@@ -106,7 +106,7 @@ def test_contention_spikes_are_capped_so_a_30pct_slower_step_shows_in_op_time(mo
     def op_time(s: Samples) -> pl.Series:
         return s.samples.filter(pl.col("name") == "op time")["value_us"]
 
-    monkeypatch.setattr("analyzer.compare.SPIKE_CAP", None)
+    monkeypatch.setattr("runlens.analyzer.compare.SPIKE_CAP", None)
     raw_a, raw_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")
     monkeypatch.undo()
     capped_a, capped_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import click
 
-import cli
-from analyzer.render import compare as compare_render
-from analyzer.render import critical_path, findings, formats, summary
-from analyzer.render import views as view_render
-from analyzer.views import VIEWS
+from runlens import cli
+from runlens.analyzer.render import compare as compare_render
+from runlens.analyzer.render import critical_path, findings, formats, summary
+from runlens.analyzer.render import views as view_render
+from runlens.analyzer.views import VIEWS
 
 
 def _choices(command: str, option: str = "fmt") -> set[str]:

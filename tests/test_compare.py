@@ -11,8 +11,14 @@ import xml.etree.ElementTree as ET
 import polars as pl
 import pytest
 
-from analyzer.compare import Samples, compare, load_baseline, samples_from_run, save_baseline
-from analyzer.load import load_run
+from runlens.analyzer.compare import (
+    Samples,
+    compare,
+    load_baseline,
+    samples_from_run,
+    save_baseline,
+)
+from runlens.analyzer.load import load_run
 from tests.conftest import ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"

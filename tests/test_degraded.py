@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-import checkers
-from analyzer.load import load_run
-from analyzer.report.run_data import run_data
+from runlens import checkers
+from runlens.analyzer.load import load_run
+from runlens.analyzer.report.run_data import run_data
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 CONVERTED = ["gpu_kittibox", "gpu_mnist"]

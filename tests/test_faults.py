@@ -19,11 +19,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import cache
-from analyzer.errors import RunDirError
-from analyzer.load import load_run
-from analyzer.proto import config_pb2
-from analyzer.rundir import find_runs
+from runlens.analyzer import cache
+from runlens.analyzer.errors import RunDirError
+from runlens.analyzer.load import load_run
+from runlens.analyzer.proto import config_pb2
+from runlens.analyzer.rundir import find_runs
 from tests import faults
 from tests.conftest import FIXTURES, ROOT, run_cli
 
@@ -81,7 +81,7 @@ def test_bad_utf8_in_a_partition_graph_attr_skips_that_file(run_copy, attr):
 
 
 def test_bad_utf8_in_graph_pb_is_a_warning_not_an_internal_error(run_copy):
-    from analyzer.proto import graph_pb2
+    from runlens.analyzer.proto import graph_pb2
 
     run_dir = run_copy("mlp")
     graph = graph_pb2.GraphDef.FromString((run_dir / "graph.pb").read_bytes())
@@ -119,7 +119,7 @@ def test_a_symlink_loop_first_in_the_scan_does_not_hide_the_run(tmp_path):
 
 
 def test_a_step_without_node_stats_is_reported(run_copy):
-    from analyzer.proto import step_stats_pb2
+    from runlens.analyzer.proto import step_stats_pb2
 
     run_dir = run_copy("plain_session")
     (run_dir / "manifest.json").unlink()  # its sizes would refuse the changed file first
@@ -228,7 +228,7 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     # commands import lazily before the fork, by running them once here as root.
     from click.testing import CliRunner
 
-    from cli import main
+    from runlens.cli import main
 
     faults.copy_run(FIXTURES / "plain_session", tmp_path / "warm" / "r")
     (tmp_path / "warm" / "base.json").write_text("{}")
@@ -246,7 +246,7 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
             os.environ["XDG_CACHE_HOME"] = str(tmp_path / "nobody-cache")
             from click.testing import CliRunner
 
-            from cli import main
+            from runlens.cli import main
 
             results = [CliRunner().invoke(main, args) for args in commands]
             os.write(write_end, json.dumps([[r.exit_code, r.output] for r in results]).encode())
@@ -327,7 +327,7 @@ def test_a_copied_run_keeps_its_cache_when_the_content_is_the_same(tmp_path):
 
 _READER = """
 import sys, time
-from analyzer.load import load_run
+from runlens.analyzer.load import load_run
 from tests import faults
 ref = None
 for i in range(int(sys.argv[2])):
@@ -341,8 +341,8 @@ for i in range(int(sys.argv[2])):
 _WRITER = """
 import sys
 from pathlib import Path
-from analyzer import cache, sources
-from analyzer.load import _fresh_frames
+from runlens.analyzer import cache, sources
+from runlens.analyzer.load import _fresh_frames
 source = sources.detect(sys.argv[1])
 part = source.parts(Path(sys.argv[1]), sources.Selection())[0]
 for i in range(int(sys.argv[2])):
@@ -367,8 +367,8 @@ def test_readers_never_fail_while_writers_replace_the_cache(run_copy):
         assert p.returncode == 0, err
         assert "warning" not in err, err
     # Folders a reader held when a writer cleaned up are removed by the next writer.
-    from analyzer import sources
-    from analyzer.load import _fresh_frames
+    from runlens.analyzer import sources
+    from runlens.analyzer.load import _fresh_frames
 
     source = sources.detect(run_dir)
     part = source.parts(run_dir, sources.Selection())[0]
@@ -424,7 +424,7 @@ def _panicking_parquet(tmp_path: Path) -> Path:
 
 
 def test_a_native_panic_is_one_line_exit_3_never_a_traceback(tmp_path, capsys):
-    import cli
+    from runlens import cli
 
     bad = _panicking_parquet(tmp_path)
     with pytest.raises(SystemExit) as exit_:

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analyzer.proto import profile_pb2
+from runlens.analyzer.proto import profile_pb2
 from tests.conftest import FIXTURES, run_cli
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" /

@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.load import load_run
-from analyzer.nodestats import executed_stats
-from analyzer.proto import config_pb2
+from runlens.analyzer.load import load_run
+from runlens.analyzer.nodestats import executed_stats
+from runlens.analyzer.proto import config_pb2
 from tests.conftest import FIXTURES, ROOT
 
 GPU_FIXTURES = ["gpu_kittibox", "gpu_mnist"]

@@ -12,11 +12,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import cache
-from analyzer.cache import CACHE_VERSION
-from analyzer.errors import RunDirError
-from analyzer.load import load_run
-from analyzer.views import VIEWS, ViewOptions
+from runlens.analyzer import cache
+from runlens.analyzer.cache import CACHE_VERSION
+from runlens.analyzer.errors import RunDirError
+from runlens.analyzer.load import load_run
+from runlens.analyzer.views import VIEWS, ViewOptions
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 
@@ -132,7 +132,7 @@ def test_cache_is_used_and_invalidated(run_copy):
 def test_a_process_exits_once_its_cache_is_written(run_copy):
     """load_run writes the cache in a background thread; the interpreter waits for it."""
     run_dir = run_copy("mlp")
-    subprocess.run([sys.executable, "-c", "import sys; from analyzer.load import load_run; "
+    subprocess.run([sys.executable, "-c", "import sys; from runlens.analyzer.load import load_run; "
                     "load_run(sys.argv[1])", str(run_dir)], check=True, cwd=ROOT)
     assert (run_dir / ".runlens" / f"cache-v{CACHE_VERSION}" / "key.json").is_file()
 
@@ -145,7 +145,7 @@ def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
     def broken():
         raise ValueError("broken")
 
-    monkeypatch.setattr("analyzer.codepaths.trace_string", broken)
+    monkeypatch.setattr("runlens.analyzer.codepaths.trace_string", broken)
     run = load_run(run_dir)
     with pytest.raises(ValueError, match="broken"):
         VIEWS["code"](run, ViewOptions())
@@ -212,16 +212,16 @@ def test_directory_of_run_dirs_is_one_multi_worker_run(tmp_path):
     assert run.nodes.height == 2 * single.nodes.height
 
 def test_engine_and_cli_import_without_tensorflow():
-    code = ("import sys, analyzer, analyzer.load; "
-            "import analyzer.views, analyzer.graph; "
-            "import checkers, cli; "
+    code = ("import sys, runlens.analyzer, runlens.analyzer.load; "
+            "import runlens.analyzer.views, runlens.analyzer.graph; "
+            "import runlens.checkers, runlens.cli; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow']; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 def test_help_starts_without_loading_the_engine():
     code = ("import sys; sys.argv = ['analyze', '--help']\n"
-            "import cli\n"
+            "from runlens import cli\n"
             "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('polars', 'google.protobuf', 'networkx', 'numpy')\n"
             "         if m in sys.modules]\n"
@@ -255,7 +255,7 @@ def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
     """Threads (C decoder) and processes (protobuf walk) load what one thread loads."""
     from polars.testing import assert_frame_equal
 
-    from analyzer import load
+    from runlens.analyzer import load
 
     def frames(**kw):
         run = load_run(FIXTURES / "rnn_while", use_cache=False, **kw)
@@ -286,8 +286,8 @@ def test_a_run_built_from_whole_frames_equals_the_loaded_one():
     is) splits them again, and shows the same frames and per-node numbers."""
     from polars.testing import assert_frame_equal
 
-    from analyzer.model import Run
-    from analyzer.nodestats import node_stats
+    from runlens.analyzer.model import Run
+    from runlens.analyzer.nodestats import node_stats
 
     run = load_run(FIXTURES / "cnn", use_cache=False)
     assert run.outputs.height > 0
@@ -315,7 +315,7 @@ def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     with open(other / "analyzer" / "warmup.py", "a") as f:
         f.write("# another build\n")
-    code = ("import sys; from analyzer.load import load_run; import analyzer; "
+    code = ("import sys; from runlens.analyzer.load import load_run; from runlens import analyzer; "
             "load_run(sys.argv[1]); print(analyzer.__file__)")
     out = subprocess.run([sys.executable, "-c", code, str(run_dir)], check=True,
                          cwd=other, capture_output=True, text=True,

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = ("analyzer", "checkers", "cli", "cli_options")
-# Import statements in a one-line program (`python -c "import sys, analyzer; ..."`).
+# Import statements in a one-line program (`python -c "import sys, runlens.analyzer; ..."`).
 IN_STRING = re.compile(r"(?:^|[;\n])[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b"
                        r"|import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*))")
 

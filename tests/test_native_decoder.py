@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from analyzer import ingest
-from analyzer.errors import InputFileError
-from analyzer.proto import step_stats_pb2 as ss
-from analyzer.rundir import find_runs
+from runlens.analyzer import ingest
+from runlens.analyzer.errors import InputFileError
+from runlens.analyzer.proto import step_stats_pb2 as ss
+from runlens.analyzer.rundir import find_runs
 from tests.conftest import FIXTURES
 
 TABLES = ("nodes", "outputs", "memory", "allocations", "threads")

@@ -11,10 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.load import load_run
-from analyzer.model import Run
-from analyzer.nodestats import node_stats
-from analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
+from runlens.analyzer.load import load_run
+from runlens.analyzer.model import Run
+from runlens.analyzer.nodestats import node_stats
+from runlens.analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from tests.conftest import FIXTURES
 
 pytest.importorskip("tensorflow")

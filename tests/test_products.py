@@ -13,17 +13,17 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import checkers
-from analyzer import cache, productcache, products
-from analyzer.codepaths import CODE_PATHS
-from analyzer.load import load_run
-from analyzer.nodestats import NODE_STATS, node_stats
-from analyzer.stepselect import STEP_FLAGS, StepChoice, analysed, step_flags
-from analyzer.views import DEFAULT_TREE, VIEWS, ViewOptions, op_view
+from runlens import checkers
+from runlens.analyzer import cache, productcache, products
+from runlens.analyzer.codepaths import CODE_PATHS
+from runlens.analyzer.load import load_run
+from runlens.analyzer.nodestats import NODE_STATS, node_stats
+from runlens.analyzer.stepselect import STEP_FLAGS, StepChoice, analysed, step_flags
+from runlens.analyzer.views import DEFAULT_TREE, VIEWS, ViewOptions, op_view
 from tests.conftest import FIXTURES, ROOT
 
-DERIVING = ("analyzer.views", "analyzer.nodestats", "analyzer.codepaths",
-            "analyzer.stepselect", "analyzer.products")
+DERIVING = ("runlens.analyzer.views", "runlens.analyzer.nodestats", "runlens.analyzer.codepaths",
+            "runlens.analyzer.stepselect", "runlens.analyzer.products")
 
 
 def _product_files(run_dir, name: str) -> list:
@@ -34,13 +34,15 @@ def test_loading_never_imports_the_views_or_computes_a_product(run_copy):
     """load.py's imports reach none of the modules that derive results, whether it reads
     the inputs (and writes the cache) or reads the cache."""
     run_dir = run_copy("cnn")
-    script = ("import json, sys; from analyzer import cache; from analyzer.load import "
-              "load_run; load_run(sys.argv[1]); cache.wait(); load_run(sys.argv[1]); "
-              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('analyzer.'))))")
+    script = ("import json, sys; from runlens.analyzer import cache; "
+              "from runlens.analyzer.load import load_run; load_run(sys.argv[1]); cache.wait(); "
+              "load_run(sys.argv[1]); "
+              "print(json.dumps(sorted(m for m in sys.modules "
+              "if m.startswith('runlens.analyzer.'))))")
     out = subprocess.run([sys.executable, "-c", script, str(run_dir)], check=True,
                          capture_output=True, text=True, cwd=ROOT).stdout
     imported = json.loads(out.strip().splitlines()[-1])
-    assert "analyzer.load" in imported and "analyzer.cache" in imported
+    assert "runlens.analyzer.load" in imported and "runlens.analyzer.cache" in imported
     assert not set(DERIVING) & set(imported), set(DERIVING) & set(imported)
     assert not _product_files(run_dir, "")  # nothing derived was computed, nor cached
 
@@ -76,8 +78,9 @@ def test_a_second_process_reads_the_products_from_the_cache(run_copy):
     trees and caches them; a second process reads them (neither the executions nor the
     code traces are read) and shows the same views as a fresh ingest."""
     run_dir = run_copy("cnn")
-    script = ("import json, sys; from analyzer.load import load_run; from analyzer.views "
-              "import VIEWS, ViewOptions; run = load_run(sys.argv[1]); views = {k: "
+    script = ("import json, sys; from runlens.analyzer.load import load_run; "
+              "from runlens.analyzer.views import VIEWS, ViewOptions; run = load_run(sys.argv[1]); "
+              "views = {k: "
               "VIEWS[k](run, ViewOptions()).rows.to_dicts() for k in ('ops', 'scopes', "
               "'code')}; print(json.dumps({'read': [n for n in ('executions', 'code') "
               "if run.is_read(n)], 'views': views}))")
@@ -129,12 +132,12 @@ def _edited(monkeypatch, module: str) -> None:
 
 
 def test_a_producers_digest_covers_the_modules_it_imports(monkeypatch, fresh_digests):
-    assert "analyzer.model" in NODE_STATS.modules
-    assert {"analyzer.nodestats", "analyzer.codepaths", "analyzer.treeorder"} <= set(
-        DEFAULT_TREE.modules)
-    assert "analyzer.schema" in CODE_PATHS.modules
+    assert "runlens.analyzer.model" in NODE_STATS.modules
+    assert {"runlens.analyzer.nodestats", "runlens.analyzer.codepaths",
+            "runlens.analyzer.treeorder"} <= set(DEFAULT_TREE.modules)
+    assert "runlens.analyzer.schema" in CODE_PATHS.modules
     before = {name: p.digest for name, p in products.PRODUCERS.items()}
-    _edited(monkeypatch, "analyzer.warmup")  # imported by stepselect, not by nodestats
+    _edited(monkeypatch, "runlens.analyzer.warmup")  # imported by stepselect, not by nodestats
     after = {name: p.digest for name, p in products.PRODUCERS.items()}
     assert after["step_flags"] != before["step_flags"] and after["tree"] != before["tree"]
     assert after["node_stats"] == before["node_stats"]
@@ -156,7 +159,7 @@ def test_a_cached_product_is_not_read_once_its_code_changed(run_copy, monkeypatc
                              planted)
     cache.wait()
     assert_frame_equal(node_stats(analysed(load_run(run_dir))), planted)
-    _edited(monkeypatch, "analyzer.nodestats")
+    _edited(monkeypatch, "runlens.analyzer.nodestats")
     assert_frame_equal(node_stats(analysed(load_run(run_dir))), expected)
     cache.wait()
     assert len(_product_files(run_dir, "node_stats")) == 2 and kept.exists()

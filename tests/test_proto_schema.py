@@ -80,7 +80,7 @@ def _tf_name(full_name: str) -> str:
 
 
 def _ours(module: str) -> ModuleType:
-    return importlib.import_module(f"analyzer.proto.{module}")
+    return importlib.import_module(f"runlens.analyzer.proto.{module}")
 
 
 def _tf_module(module: str) -> ModuleType:
@@ -105,11 +105,11 @@ def test_generated_modules_are_fresh() -> None:
         "grpc_tools",
         reason="grpcio-tools (dev extra) not installed: cannot regenerate to compare",
     )
-    from analyzer.proto import regenerate
+    from runlens.analyzer.proto import regenerate
 
     problems = regenerate.check()
     assert not problems, (
-        "generated modules are stale; run `python -m analyzer.proto.regenerate`:\n"
+        "generated modules are stale; run `python -m runlens.analyzer.proto.regenerate`:\n"
         + "\n".join(problems)
     )
 
@@ -235,7 +235,7 @@ def test_descriptors_match_tensorflow(module: str) -> None:
 
 
 def test_required_messages_present() -> None:
-    from analyzer.proto import (
+    from runlens.analyzer.proto import (
         config_pb2,
         cost_graph_pb2,
         graph_pb2,
@@ -273,9 +273,9 @@ def test_required_messages_present() -> None:
 
 
 def test_importing_protos_does_not_import_tensorflow() -> None:
-    modules = ", ".join(f"analyzer.proto.{m}" for m in sorted(OUR_TO_TF))
+    modules = ", ".join(f"runlens.analyzer.proto.{m}" for m in sorted(OUR_TO_TF))
     code = (
-        f"import analyzer.proto.config_pb2, {modules}, sys; "
+        f"import runlens.analyzer.proto.config_pb2, {modules}, sys; "
         "bad = sorted(m for m in sys.modules if m.startswith('tensorflow')); "
         "assert not bad, bad"
     )
@@ -307,7 +307,7 @@ def _fake_allocation_record(alloc_bytes_type: int | None) -> type:
 
 
 def test_round_trip_helper_detects_loss_and_reports_unknown_fields() -> None:
-    from analyzer.proto import step_stats_pb2
+    from runlens.analyzer.proto import step_stats_pb2
 
     ref = step_stats_pb2.AllocationRecord
     raw = ref(alloc_micros=5, alloc_bytes=-42).SerializeToString()
@@ -386,7 +386,7 @@ def tf_outputs() -> dict[str, Any]:
 
 
 def test_round_trip_session_run_metadata(tf_outputs: dict[str, Any]) -> None:
-    from analyzer.proto import config_pb2
+    from runlens.analyzer.proto import config_pb2
 
     md = tf_outputs["run_metadata"]
     # Make sure the capture exercises what we care about.
@@ -406,7 +406,7 @@ def test_round_trip_session_run_metadata(tf_outputs: dict[str, Any]) -> None:
 def test_round_trip_eager_run_metadata_with_function_graphs(
     tf_outputs: dict[str, Any],
 ) -> None:
-    from analyzer.proto import config_pb2
+    from runlens.analyzer.proto import config_pb2
 
     md = tf_outputs["eager_run_metadata"]
     assert md.function_graphs
@@ -418,7 +418,7 @@ def test_round_trip_eager_run_metadata_with_function_graphs(
 
 
 def test_round_trip_graph_def(tf_outputs: dict[str, Any]) -> None:
-    from analyzer.proto import graph_pb2
+    from runlens.analyzer.proto import graph_pb2
 
     gd = tf_outputs["graph_def"]
     assert any(n.attr["value"].HasField("tensor") for n in gd.node if n.op == "Const")
@@ -427,7 +427,7 @@ def test_round_trip_graph_def(tf_outputs: dict[str, Any]) -> None:
 
 
 def test_round_trip_op_log(tf_outputs: dict[str, Any]) -> None:
-    from analyzer.proto import tfprof_log_pb2
+    from runlens.analyzer.proto import tfprof_log_pb2
 
     op_log = tf_outputs["op_log"]
     assert op_log.log_entries and op_log.id_to_string
@@ -448,7 +448,7 @@ def test_every_fixture_file_round_trips_through_our_schema(fixture_dir):
     from tensorflow.core.profiler import tfprof_log_pb2 as tf_tfprof_log_pb2
     from tensorflow.core.protobuf import config_pb2 as tf_config_pb2
 
-    from analyzer.proto import config_pb2, graph_pb2, tfprof_log_pb2
+    from runlens.analyzer.proto import config_pb2, graph_pb2, tfprof_log_pb2
 
     files = [(p, config_pb2.RunMetadata, tf_config_pb2.RunMetadata)
              for p in sorted((fixture_dir / "steps").glob("step-*.pb"))]

@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.load import load_run
-from analyzer.views import VIEWS, ViewOptions
+from runlens.analyzer.load import load_run
+from runlens.analyzer.views import VIEWS, ViewOptions
 from tests.conftest import ROOT
 
 DATA = Path(os.environ.get("RUNLENS_PUBLIC_PROFILES",

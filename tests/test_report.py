@@ -12,11 +12,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.compare import compare, samples_from_run
-from analyzer.load import load_run
-from analyzer.report import compare_page
-from analyzer.report.compare_data import metric_row
-from analyzer.report.page import embed_json
+from runlens.analyzer.compare import compare, samples_from_run
+from runlens.analyzer.load import load_run
+from runlens.analyzer.report import compare_page
+from runlens.analyzer.report.compare_data import metric_row
+from runlens.analyzer.report.page import embed_json
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from analyzer.errors import RunDirError
-from analyzer.load import load_run
+from runlens.analyzer.errors import RunDirError
+from runlens.analyzer.load import load_run
 from tests.conftest import FIXTURES, run_cli
 
 

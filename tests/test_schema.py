@@ -8,8 +8,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analyzer import cache, ingest, schema
-from analyzer.model import Run
+from runlens.analyzer import cache, ingest, schema
+from runlens.analyzer.model import Run
 
 # The decoder's tables -> the frame each becomes (string columns are u4 codes there).
 DECODED = {"nodes": schema.NODE_SCHEMA, "outputs": schema.OUTPUT_SCHEMA,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from polars.testing import assert_frame_equal
 
-from analyzer import cache
-from analyzer.load import load_run
-from analyzer.sources import SOURCES, Selection, detect, registered
+from runlens.analyzer import cache
+from runlens.analyzer.load import load_run
+from runlens.analyzer.sources import SOURCES, Selection, detect, registered
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 SRC = ROOT / "fixtures" / "sources"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.sources import damage
+from runlens.analyzer.sources import damage
 from tests.conftest import ROOT, run_cli
 
 FIXTURES = ROOT / "fixtures"

@@ -9,8 +9,8 @@ import shutil
 
 from polars.testing import assert_frame_equal
 
-from analyzer.load import load_run
-from analyzer.sources import detect
+from runlens.analyzer.load import load_run
+from runlens.analyzer.sources import detect
 from tests.conftest import ROOT, run_cli
 
 XPLANE = ROOT / "fixtures" / "xplane" / "keras_fit"

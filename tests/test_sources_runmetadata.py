@@ -10,11 +10,11 @@ import pytest
 from google.protobuf import text_format
 from polars.testing import assert_frame_equal
 
-from analyzer.load import load_run
-from analyzer.proto import config_pb2, graph_pb2
-from analyzer.rundir import RunDirWriter
-from analyzer.sources import detect
-from analyzer.sources.events import masked_crc, records
+from runlens.analyzer.load import load_run
+from runlens.analyzer.proto import config_pb2, graph_pb2
+from runlens.analyzer.rundir import RunDirWriter
+from runlens.analyzer.sources import detect
+from runlens.analyzer.sources.events import masked_crc, records
 from tests.conftest import ROOT, run_cli
 
 SOURCES = ROOT / "fixtures" / "sources"

@@ -10,8 +10,8 @@ import importlib.util
 
 import pytest
 
-from analyzer.proto import tfprof_log_pb2
-from analyzer.sources import tfprof
+from runlens.analyzer.proto import tfprof_log_pb2
+from runlens.analyzer.sources import tfprof
 from tests.conftest import CAPTURED, ROOT, run_cli
 
 PROFILE = ROOT / "fixtures" / "sources" / "tfprof" / "profile_4"

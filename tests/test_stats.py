@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from analyzer.stats import (
+from runlens.analyzer.stats import (
     benjamini_hochberg,
     hodges_lehmann,
     mann_whitney_greater,

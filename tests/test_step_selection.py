@@ -14,12 +14,12 @@ import shutil
 import polars as pl
 import pytest
 
-import checkers
-from analyzer import cache
-from analyzer.load import load_run
-from analyzer.steps import median_step
-from analyzer.stepselect import StepChoice, analysed, step_flags
-from analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
+from runlens import checkers
+from runlens.analyzer import cache
+from runlens.analyzer.load import load_run
+from runlens.analyzer.steps import median_step
+from runlens.analyzer.stepselect import StepChoice, analysed, step_flags
+from runlens.analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 BASE_B = ROOT / "fixtures" / "compare" / "base_b"
@@ -126,7 +126,7 @@ def test_compare_include_warmup_is_keep_outliers():
 
 
 def test_report_and_baseline_take_the_step_options(tmp_path):
-    from analyzer.report.run_data import run_data
+    from runlens.analyzer.report.run_data import run_data
 
     run = load_run(FIXTURES / "cnn", use_cache=False)
     kept = run_data(run, [], "cnn", StepChoice(include_warmup=True))["ops"]["total"]["micros"]
@@ -167,7 +167,7 @@ def test_a_gross_first_step_is_warm_up_even_with_few_steps():
     """gpu_mnist has 5 traced steps (fewer than warmup.MIN_STEPS); its first is 91x the
     others. With few steps only such a gross first step is flagged: the same steps with
     the first at 2x the others' median are all kept."""
-    from analyzer.warmup import FEW_WARMUP_RATIO, flag_steps
+    from runlens.analyzer.warmup import FEW_WARMUP_RATIO, flag_steps
 
     flags = step_flags(load_run(FIXTURES / "gpu_mnist", use_cache=False))
     assert flags.filter(pl.col("left_out")).select("step", "why").rows() == [(1, "warm-up")]

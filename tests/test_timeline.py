@@ -18,15 +18,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import graph
-from analyzer.graph import critical_path, critical_paths
-from analyzer.load import load_run
-from analyzer.model import Run
-from analyzer.render import chrome_trace
-from analyzer.render.chrome_trace import export
-from analyzer.sources import Selection
-from analyzer.timeline import TimelineOptions, build_trace, parse_step_range
-from analyzer.timeline.lanes import sublanes
+from runlens.analyzer import graph
+from runlens.analyzer.graph import critical_path, critical_paths
+from runlens.analyzer.load import load_run
+from runlens.analyzer.model import Run
+from runlens.analyzer.render import chrome_trace
+from runlens.analyzer.render.chrome_trace import export
+from runlens.analyzer.sources import Selection
+from runlens.analyzer.timeline import TimelineOptions, build_trace, parse_step_range
+from runlens.analyzer.timeline.lanes import sublanes
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -237,7 +237,7 @@ def test_sublanes_never_overlap():
 
 
 def test_default_is_the_median_step(tmp_path):
-    from analyzer.steps import median_step
+    from runlens.analyzer.steps import median_step
 
     out = tmp_path / "t.json"
     result = run_cli(["timeline", FIXTURES / "mlp", "-o", out])
@@ -374,7 +374,7 @@ def test_asof_last_every_way_matches_a_plain_search(monkeypatch, levels):
 
 def test_lanes_of_many_tracks_are_each_tracks_own():
     """Lanes are per track, however far apart the track ids and the times are."""
-    from analyzer.timeline.lanes import lanes
+    from runlens.analyzer.timeline.lanes import lanes
 
     rng = np.random.default_rng(1)
     ts = rng.integers(0, 50, 200)

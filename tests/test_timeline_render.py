@@ -10,15 +10,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer.load import load_run
-from analyzer.render import jsonrows
-from analyzer.render.chrome_trace import write_trace
-from analyzer.render.jsonfrag import jstr
-from analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
-from analyzer.timeline import TimelineOptions, build_trace
+from runlens.analyzer.load import load_run
+from runlens.analyzer.render import jsonrows
+from runlens.analyzer.render.chrome_trace import write_trace
+from runlens.analyzer.render.jsonfrag import jstr
+from runlens.analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
+from runlens.analyzer.timeline import TimelineOptions, build_trace
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
-native = pytest.mark.skipif(jsonrows.native is None, reason="analyzer._jsonrows not built")
+native = pytest.mark.skipif(jsonrows.native is None, reason="runlens.analyzer._jsonrows not built")
 
 EDGE = [0, -1, 1, 9, 10, 99, 100, -100, 12345678901, -(2**63), 2**63 - 1, 10**18, -(10**18)]
 TEXTS = ["", '"a\\"b"', "é ✓ 😀", ",", "x" * 1000, None]
@@ -148,7 +148,7 @@ def test_a_failed_write_is_raised_not_lost(tmp_path):
     code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
             "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
             "sys.argv = ['analyze', 'timeline', sys.argv[1], '-o', sys.argv[2], "
-            "'--all-steps']; import cli; cli.main()")
+            "'--all-steps']; from runlens import cli; cli.main()")
     out = tmp_path / "t.json"
     proc = subprocess.run([sys.executable, "-c", code, str(FIXTURES / "rnn_while"), str(out)],
                           capture_output=True, text=True, cwd=ROOT)

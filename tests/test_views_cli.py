@@ -9,12 +9,12 @@ import json
 import polars as pl
 import pytest
 
-from analyzer.errors import RunlensError
-from analyzer.load import load_run
-from analyzer.nodestats import node_stats
-from analyzer.render.views import RENDERERS
-from analyzer.stepselect import analysed
-from analyzer.views import VIEWS, ViewOptions
+from runlens.analyzer.errors import RunlensError
+from runlens.analyzer.load import load_run
+from runlens.analyzer.nodestats import node_stats
+from runlens.analyzer.render.views import RENDERERS
+from runlens.analyzer.stepselect import analysed
+from runlens.analyzer.views import VIEWS, ViewOptions
 from tests.conftest import FIXTURES, run_cli
 
 ROW_KEYS = {"name", "micros", "cpu_micros", "accelerator_micros", "requested_bytes",

@@ -11,11 +11,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.errors import RunDirError
-from analyzer.load import load_run
-from analyzer.sources import detect
-from analyzer.sources.xplane import xplane_files
-from analyzer.sources.xplane_read import parse_op_name, self_times
+from runlens.analyzer.errors import RunDirError
+from runlens.analyzer.load import load_run
+from runlens.analyzer.sources import detect
+from runlens.analyzer.sources.xplane import xplane_files
+from runlens.analyzer.sources.xplane_read import parse_op_name, self_times
 from tests.conftest import run_cli
 from tests.xplane_run import CAPTURED, FIXTURES, GPU_XPLANE, fixture_file, xplane_run
 
@@ -126,7 +126,7 @@ def test_gpu_kernels_are_accelerator_time_tied_to_their_op() -> None:
     # Steps: the groups that ran device work, as the "Steps" line the profiler plugin
     # derived per GPU names them (group 0 only: the host's other groups are function
     # calls, not steps; tests/test_xplane_oracle.py compares the spans with xprof).
-    from analyzer.proto import xplane_pb2
+    from runlens.analyzer.proto import xplane_pb2
 
     derived = {int(p.event_metadata[e.metadata_id].name)
                for p in xplane_pb2.XSpace.FromString(GPU_XPLANE.read_bytes()).planes
@@ -191,8 +191,8 @@ def test_cached_load_equals_fresh(tmp_path: Path) -> None:
                          ids=lambda p: p.parent.parent.parent.parent.name
                          if p.name == "worker0.xplane.pb" else "gpu_bert")
 def test_native_decoder_gives_the_protobuf_walks_frames(path: Path) -> None:
-    from analyzer.sources import xplane_wire
-    from analyzer.sources.xplane import read_file
+    from runlens.analyzer.sources import xplane_wire
+    from runlens.analyzer.sources.xplane import read_file
 
     if not xplane_wire.native_available():
         pytest.skip("analyzer/_xplane.c is not compiled here")

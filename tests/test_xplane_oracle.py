@@ -100,7 +100,7 @@ def test_steps_equal_xprofs_step_db(path: Path) -> None:
     """Step count and each step's duration (and start) equal xprof's step db: `train`
     marker spans on the CPU fixtures, the device span of the one step (group 0) on the GPU
     profile. Ours are in ns, xprof's in ps: equal to the ns (we truncate)."""
-    from analyzer.steps import step_times
+    from runlens.analyzer.steps import step_times
 
     want = step_db(path)
     assert want.height > 0, "xprof found no step"
@@ -123,7 +123,7 @@ def test_gpu_steps_are_the_device_groups_not_host_calls() -> None:
     event); a step is a group that ran device work. Its span is the device
     work's, on the GPU where that is longest (xprof's 21.31 ms; GPU:4's is 19.87 ms), not
     the span of every execution (953 ms: host work long before the device ran)."""
-    from analyzer.steps import step_times
+    from runlens.analyzer.steps import step_times
 
     run = xplane_run(GPU_XPLANE)
     assert run.nodes.filter(pl.col("step") != 0).height == 0
@@ -175,7 +175,7 @@ def test_gpu_kernels_equal_the_profilers_tensorflow_ops_line() -> None:
     """xprof 2.24 reports no device op for this 2020 GPU profile; the profiler plugin that
     preprocessed it wrote a "TensorFlow Ops" line per GPU (each kernel under the TF op
     that launched it): our kernel time per (device, op) equals that line's."""
-    from analyzer.proto import xplane_pb2
+    from runlens.analyzer.proto import xplane_pb2
 
     space = xplane_pb2.XSpace.FromString(GPU_XPLANE.read_bytes())
     rows = [(p.name.lower(), p.event_metadata[e.metadata_id].name.split(":")[0],

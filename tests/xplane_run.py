@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.load import load_run
-from analyzer.model import Run
+from runlens.analyzer.load import load_run
+from runlens.analyzer.model import Run
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "xplane"

@@ -22,7 +22,7 @@ Its modules, by job: `wire` (splitting RunMetadata without parsing; input errors
 (re-exported here for the code that reads them as `ingest.NODE_SCHEMA`).
 """
 
-from analyzer.ingest.graphs import (
+from runlens.analyzer.ingest.graphs import (
     DTYPE_NAMES,
     empty_op_log,
     ingest_graph_defs,
@@ -30,7 +30,7 @@ from analyzer.ingest.graphs import (
     ingest_op_log_file,
     op_log_frames,
 )
-from analyzer.ingest.stepfiles import (
+from runlens.analyzer.ingest.stepfiles import (
     PartitionGraphs,
     StepBatch,
     StepItem,
@@ -38,8 +38,8 @@ from analyzer.ingest.stepfiles import (
     ingest_step_files,
     native_decoder_available,
 )
-from analyzer.ingest.stepwalk import StepFrames, decoded_frames, walk_step_bytes
-from analyzer.ingest.wire import (
+from runlens.analyzer.ingest.stepwalk import StepFrames, decoded_frames, walk_step_bytes
+from runlens.analyzer.ingest.wire import (
     INPUT_ERRORS,
     MAX_MESSAGE_BYTES,
     PARSE_ERRORS,
@@ -50,7 +50,7 @@ from analyzer.ingest.wire import (
     split_run_metadata,
     varint,
 )
-from analyzer.schema import (
+from runlens.analyzer.schema import (
     ALLOCATION_SCHEMA,
     CODE_SCHEMA,
     GRAPH_NODE_SCHEMA,

@@ -15,17 +15,23 @@ from typing import Any
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from analyzer import digest as content
-from analyzer.errors import InputFileError
-from analyzer.ingest import wire
-from analyzer.ingest.graphs import graph_nodes
-from analyzer.ingest.stepwalk import (
+from runlens.analyzer import digest as content
+from runlens.analyzer.errors import InputFileError
+from runlens.analyzer.ingest import wire
+from runlens.analyzer.ingest.graphs import graph_nodes
+from runlens.analyzer.ingest.stepwalk import (
     StepFrames,
     decoded_frames,
     no_step_stats,
     walk_step_bytes,
 )
-from analyzer.ingest.wire import INPUT_ERRORS, MAX_MESSAGE_BYTES, PARSE_ERRORS, Buffer, reason
+from runlens.analyzer.ingest.wire import (
+    INPUT_ERRORS,
+    MAX_MESSAGE_BYTES,
+    PARSE_ERRORS,
+    Buffer,
+    reason,
+)
 
 StepItem = tuple["str | Path", int, "int | None"]  # step file, its global step, manifest's size
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from analyzer.errors import InputFileError
-from analyzer.ingest.graphs import DTYPE_NAMES
-from analyzer.ingest.wire import PARSE_ERRORS, Buffer, reason
-from analyzer.model import split_keys
-from analyzer.proto import step_stats_pb2
-from analyzer.schema import (
+from runlens.analyzer.errors import InputFileError
+from runlens.analyzer.ingest.graphs import DTYPE_NAMES
+from runlens.analyzer.ingest.wire import PARSE_ERRORS, Buffer, reason
+from runlens.analyzer.model import split_keys
+from runlens.analyzer.proto import step_stats_pb2
+from runlens.analyzer.schema import (
     ALLOCATION_SCHEMA,
     KEY_SCHEMA,
     MEMORY_SCHEMA,
@@ -26,7 +26,7 @@ from analyzer.schema import (
 )
 
 if TYPE_CHECKING:
-    from analyzer._stepstats import Column, Decoded
+    from runlens.analyzer._stepstats import Column, Decoded
 
 @dataclass
 class StepFrames:

@@ -2,8 +2,8 @@
 
 Usage, from the repository root::
 
-    python -m analyzer.proto.regenerate          # rewrite generated modules
-    python -m analyzer.proto.regenerate --check  # exit 1 if any is stale
+    python -m runlens.analyzer.proto.regenerate          # rewrite generated modules
+    python -m runlens.analyzer.proto.regenerate --check  # exit 1 if any is stale
 
 Every ``analyzer/proto/*.proto`` is compiled with ``grpc_tools.protoc`` using
 the repository root as the only include path (``-I .``), by its path through the
@@ -167,7 +167,7 @@ def write() -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m analyzer.proto.regenerate", description=__doc__.splitlines()[0]
+        prog="python -m runlens.analyzer.proto.regenerate", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--check",
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if problems:
                 print(
                     f"generated protobuf modules are stale ({version}); "
-                    "run: python -m analyzer.proto.regenerate",
+                    "run: python -m runlens.analyzer.proto.regenerate",
                     file=sys.stderr,
                 )
                 return 1

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
-from analyzer.background import Background
-from analyzer.errors import RunlensError
-from analyzer.model import Run
-from analyzer.rundir import check_output, check_output_dir
-from analyzer.timeline import TimelineOptions, Trace, build_trace
+from runlens.analyzer.background import Background
+from runlens.analyzer.errors import RunlensError
+from runlens.analyzer.model import Run
+from runlens.analyzer.rundir import check_output, check_output_dir
+from runlens.analyzer.timeline import TimelineOptions, Trace, build_trace
 
 Progress = Callable[[int, int], None]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from analyzer.graph import CriticalPath
-from analyzer.render.units import fmt_us
+from runlens.analyzer.graph import CriticalPath
+from runlens.analyzer.render.units import fmt_us
 
 
 def critical_path_text(cp: CriticalPath) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gzip
 
-from analyzer.proto import profile_pb2
-from analyzer.render.stacks import SAMPLE_TYPES, Frame, frame, stacks
-from analyzer.views import View
+from runlens.analyzer.proto import profile_pb2
+from runlens.analyzer.render.stacks import SAMPLE_TYPES, Frame, frame, stacks
+from runlens.analyzer.views import View
 
 
 def view_pprof(view: View) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.compare import Comparison, Samples
+from runlens.analyzer.compare import Comparison, Samples
 
 MOVED = ("regression", "improvement", "new", "vanished")
 STEP_TIME = "step time"  # the step-level metric drawn as distributions

@@ -16,17 +16,17 @@ from typing import Any
 
 import polars as pl
 
-from analyzer.graph import critical_path, no_dataflow
-from analyzer.model import Run, kernel_label_expr
-from analyzer.nodestats import node_stats
-from analyzer.render.critical_path import critical_path_json
-from analyzer.render.units import fmt_us
-from analyzer.render.views import view_doc
-from analyzer.steps import median_step, step_times
-from analyzer.steps import summary as run_summary
-from analyzer.stepselect import StepChoice, analysed
-from analyzer.views import VIEWS, ViewOptions
-from analyzer.warmup import flag_steps
+from runlens.analyzer.graph import critical_path, no_dataflow
+from runlens.analyzer.model import Run, kernel_label_expr
+from runlens.analyzer.nodestats import node_stats
+from runlens.analyzer.render.critical_path import critical_path_json
+from runlens.analyzer.render.units import fmt_us
+from runlens.analyzer.render.views import view_doc
+from runlens.analyzer.steps import median_step, step_times
+from runlens.analyzer.steps import summary as run_summary
+from runlens.analyzer.stepselect import StepChoice, analysed
+from runlens.analyzer.views import VIEWS, ViewOptions
+from runlens.analyzer.warmup import flag_steps
 
 # The command line's defaults of the view commands (cli._view_options), so the embedded
 # documents equal `analyze ops|scopes|code --format json` (tests/test_report.py).

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from analyzer import ingest
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.proto import event_pb2
-from analyzer.sources import Part, Progress, Selection, SourceFrames
-from analyzer.sources.stepstats import frames_from_run_metadata
+from runlens.analyzer import ingest
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.proto import event_pb2
+from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.stepstats import frames_from_run_metadata
 
 _NUMBER_RE = re.compile(r"(\d+)")
 _META_GRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def

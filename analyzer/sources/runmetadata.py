@@ -20,10 +20,10 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.proto import config_pb2, graph_pb2
-from analyzer.sources import Part, Progress, Selection, SourceFrames
-from analyzer.sources.stepstats import frames_from_run_metadata
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.proto import config_pb2, graph_pb2
+from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.stepstats import frames_from_run_metadata
 
 SUFFIXES = (".pb", ".pbtxt", ".pb.txt", ".txt", ".textproto")
 _NUMBER_RE = re.compile(r"(\d+)")

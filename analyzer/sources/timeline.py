@@ -43,8 +43,8 @@ try:  # 2-3x faster than json on ProfilerHook's files (benchmarks/README.md "Sou
 except ImportError:  # pragma: no cover - orjson is a dependency; json does the same work
     _fast_loads = json.loads  # type: ignore[assignment]
 
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
 
 Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"

@@ -15,14 +15,14 @@ from pathlib import Path
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from analyzer import ingest, schema
-from analyzer.errors import InputFileError, RunDirError
-from analyzer.proto import config_pb2
-from analyzer.sources import Part, Progress, Selection, SourceFrames
-from analyzer.sources.xplane_hlo import program_ops
-from analyzer.sources.xplane_read import frames_of, read_planes
-from analyzer.sources.xplane_wire import Plane
-from analyzer.sources.xplane_wire import read_planes as planes_of
+from runlens.analyzer import ingest, schema
+from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.proto import config_pb2
+from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.xplane_hlo import program_ops
+from runlens.analyzer.sources.xplane_read import frames_of, read_planes
+from runlens.analyzer.sources.xplane_wire import Plane
+from runlens.analyzer.sources.xplane_wire import read_planes as planes_of
 
 SUFFIX = ".xplane.pb"
 GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture_tf2.GRAPHS_FILE (no TF import here)
@@ -164,7 +164,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
             lacks["graph"] = ("no function graphs beside the profile (capture with "
-                              "analyzer.capture_tf2 to get them)")
+                              "runlens.analyzer.capture_tf2 to get them)")
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"

@@ -103,7 +103,7 @@ static PyBufferProcs column_as_buffer = {.bf_getbuffer = (getbufferproc)column_g
 
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "analyzer._stepstats.Column",
+    .tp_name = "runlens.analyzer._stepstats.Column",
     .tp_basicsize = sizeof(Column),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Bytes of one decoded column (read-only buffer).",
@@ -228,7 +228,7 @@ static PyMemberDef decoder_members[] = {
 
 static PyTypeObject DecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "analyzer._stepstats.Decoder",
+    .tp_name = "runlens.analyzer._stepstats.Decoder",
     .tp_basicsize = sizeof(Decoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Accumulates the columns of many StepStats messages (one thread at a time).",

@@ -12,12 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analyzer.grouping import combine, dense, group_codes, int_codes, representatives, shared_codes
-from analyzer.model import Run
-from analyzer.render import trace_events
-from analyzer.render.jsonfrag import jescape
-from analyzer.render.jsonrows import Lists, Texts
-from analyzer.timeline.model import Part
+from runlens.analyzer.grouping import (
+    combine,
+    dense,
+    group_codes,
+    int_codes,
+    representatives,
+    shared_codes,
+)
+from runlens.analyzer.model import Run
+from runlens.analyzer.render import trace_events
+from runlens.analyzer.render.jsonfrag import jescape
+from runlens.analyzer.render.jsonrows import Lists, Texts
+from runlens.analyzer.timeline.model import Part
 
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)
 _GPU_LANE = r"/stream:|/memcpy"  # tf.timeline's _is_gputrace_device (case-sensitive)

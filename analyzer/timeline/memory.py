@@ -8,12 +8,12 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
-from analyzer.grouping import group_codes, representatives
-from analyzer.model import Run
-from analyzer.render import trace_events
-from analyzer.render.jsonfrag import jstr
-from analyzer.render.jsonrows import Texts
-from analyzer.timeline.model import Part
+from runlens.analyzer.grouping import group_codes, representatives
+from runlens.analyzer.model import Run
+from runlens.analyzer.render import trace_events
+from runlens.analyzer.render.jsonfrag import jstr
+from runlens.analyzer.render.jsonrows import Texts
+from runlens.analyzer.timeline.model import Part
 
 
 def counters(run: Run, steps: list[int] | None, points: int

@@ -3,10 +3,10 @@ step of the analysed ones (analyzer.stepselect)."""
 
 from __future__ import annotations
 
-from analyzer.errors import RunlensError
-from analyzer.model import Run
-from analyzer.steps import median_step
-from analyzer.stepselect import (
+from runlens.analyzer.errors import RunlensError
+from runlens.analyzer.model import Run
+from runlens.analyzer.steps import median_step
+from runlens.analyzer.stepselect import (
     StepChoice,
     analysed,
     parse_step_range,
