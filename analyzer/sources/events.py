@@ -160,12 +160,9 @@ class EventsSource:
                                  for tag_step, event_step, _, _ in tagged)
         steps = [(step, raw, where)
                  for step, (_, _, raw, where) in zip(numbers, tagged, strict=True)]
-        frames, more = frames_from_run_metadata(steps, graphs[-1:], part.worker,
-                                                str(part.path))
-        lacks = {"code": "not in event files (tfprof's op log holds code traces)"}
-        if frames["graph_nodes"].height == 0:
-            lacks["graph"] = "no graph in the event file(s)"
-        return SourceFrames(frames, warnings + more, lacks)
+        return frames_from_run_metadata(steps, graphs[-1:], part, warnings,
+                                        files="event files",
+                                        no_graph="no graph in the event file(s)")
 
 
 SOURCE = EventsSource()

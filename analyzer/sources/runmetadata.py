@@ -143,12 +143,9 @@ class RunMetadataSource:
                 graph_items.append((message_bytes(p, graph_pb2.GraphDef), str(p)))
             except InputFileError as e:
                 warnings.append(f"{e}; op types come from timeline labels")
-        frames, more = frames_from_run_metadata(items, graph_items, part.worker,
-                                                str(part.path))
-        lacks = {"code": "not in RunMetadata files (tfprof's op log holds code traces)"}
-        if frames["graph_nodes"].height == 0:
-            lacks["graph"] = "no graph.pb or graph.pbtxt beside the RunMetadata"
-        return SourceFrames(frames, warnings + more, lacks)
+        return frames_from_run_metadata(
+            items, graph_items, part, warnings, files="RunMetadata files",
+            no_graph="no graph.pb or graph.pbtxt beside the RunMetadata")
 
 
 SOURCE = RunMetadataSource()
