@@ -33,6 +33,9 @@ for new in sorted(Path(sys.argv[1]).glob("*/*")):
     if not (new / "graph.pb").exists():
         continue
     old = Path(sys.argv[2]) / new.parent.name / new.name
+    if not (old / "graph.pb").exists():
+        print(f"{new.parent.name}/{new.name:16s} not in {sys.argv[2]}: not compared")
+        continue
     a, b = nodes(old), nodes(new)
     sa, na = steps(old)
     sb, nb = steps(new)
