@@ -33,28 +33,9 @@ GPU = (REPO.parent / "shared" / "data" / "xplane"
        / "tensorflow__profiler__GPU-multi-worker__34.83.195.179_6003.xplane.pb")
 
 
-def _key(field: int, wire: int) -> bytes:
-    return _varint(field << 3 | wire)
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _delimited(field: int, payload: bytes) -> bytes:
-    return _key(field, 2) + _varint(len(payload)) + payload
-
-
 def build(source: Path, copies: int, out: Path) -> None:
     from runlens.analyzer.proto import xplane_pb2
+    from tests.wire_bytes import delimited
 
     space = xplane_pb2.XSpace.FromString(source.read_bytes())
     tmp = out.with_name(f".{out.name}.tmp")
@@ -82,9 +63,9 @@ def build(source: Path, copies: int, out: Path) -> None:
                             if s.metadata_id in group_ids:
                                 s.int64_value += k * 8
                 events += len(big.events)
-                lines.append(_delimited(3, big.SerializeToString()))
+                lines.append(delimited(3, big.SerializeToString()))
             body = rest.SerializeToString() + b"".join(lines)
-            f.write(_delimited(1, body))
+            f.write(delimited(1, body))
     tmp.replace(out)
     print(f"built {out}: {out.stat().st_size / 2**20:.0f} MiB, {events:,} events "
           f"({copies} copies of {source.name})")

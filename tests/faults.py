@@ -19,6 +19,7 @@ import polars as pl
 from runlens.analyzer import ingest
 from runlens.analyzer.load import load_run
 from runlens.analyzer.views import VIEWS, ViewOptions
+from tests.wire_bytes import delimited
 
 # The executions as read (no column derived from graphs, which a damaged but valid
 # partition graph may legitimately change).
@@ -162,20 +163,7 @@ def write_crafted(path: Path, kind: str, size: int) -> None:
     # one StepStats with one device of `size` bytes of empty NodeExecStats
     nodes = b"\x12\x00" * ((size - 16) // 2)
     dev = b"\x0a\x03cpu" + nodes
-    dev_msg = b"\x0a" + _varint(len(dev)) + dev
-    path.write_bytes(b"\x0a" + _varint(len(dev_msg)) + dev_msg)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    path.write_bytes(delimited(1, delimited(1, dev)))  # StepStats.dev_stats in RunMetadata
 
 
 def ingest_one(path: str) -> dict:

@@ -14,7 +14,6 @@ that whatever the decoder accepts equals protobuf's parse.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from pathlib import Path
@@ -64,16 +63,8 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=150_000)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--_so", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args._so:  # the child, with the sanitizer runtimes preloaded
-        fuzz(args._so, args.iterations, args.seed)
-        return 0
-    return sanitized.rerun_sanitized("_stepstats", __file__, [
-        "--iterations", str(args.iterations), "--seed", str(args.seed)])
+    return sanitized.fuzz_main("_stepstats", __file__, __doc__, fuzz, iterations=150_000)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,6 @@ behaviour aborts with the sanitizer's report.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from pathlib import Path
@@ -47,16 +46,7 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=20_000)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--_so", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args._so:  # the child, with the sanitizer runtimes preloaded
-        fuzz(args._so, args.iterations, args.seed)
-        return 0
-    return sanitized.rerun_sanitized("_tfprof", __file__, [
-        "--iterations", str(args.iterations), "--seed", str(args.seed)])
+    return sanitized.fuzz_main("_tfprof", __file__, __doc__, fuzz, iterations=20_000)
 
 
 if __name__ == "__main__":

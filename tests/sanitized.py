@@ -4,6 +4,7 @@ tests/fuzz_*.py (run by hand, not by pytest)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.machinery
 import importlib.util
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -50,3 +52,20 @@ def rerun_sanitized(module: str, script: str, args: list[str]) -> int:
         env = {**os.environ, "LD_PRELOAD": " ".join(libs), "ASAN_OPTIONS": "detect_leaks=0"}
         return subprocess.run([sys.executable, script, *args, "--_so", str(so)],
                               env=env, cwd=ROOT).returncode
+
+
+def fuzz_main(module: str, script: str, doc: str | None, fuzz: Callable[[Path, int, int], None],
+              iterations: int) -> int:
+    """The command line of a fuzz script that mutates inputs of one C module:
+    `[--iterations N] [--seed S]`. Rebuilds the module sanitized and runs `script` again
+    preloaded, where `fuzz(so, iterations, seed)` runs; the child's exit code."""
+    ap = argparse.ArgumentParser(description=(doc or script).splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=iterations)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--_so", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._so:  # the child, with the sanitizer runtimes preloaded
+        fuzz(args._so, args.iterations, args.seed)
+        return 0
+    return rerun_sanitized(module, script, [
+        "--iterations", str(args.iterations), "--seed", str(args.seed)])

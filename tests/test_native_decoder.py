@@ -20,6 +20,7 @@ from runlens.analyzer.errors import InputFileError
 from runlens.analyzer.proto import step_stats_pb2 as ss
 from runlens.analyzer.rundir import find_runs
 from tests.conftest import FIXTURES
+from tests.wire_bytes import delimited
 
 TABLES = ("nodes", "outputs", "memory", "allocations", "threads")
 
@@ -115,9 +116,9 @@ def test_encodings_tensorflow_does_not_write():
     late = _node("c", all_start_micros=1)
     late_bytes = (late.SerializeToString() + record_first_field(record_first)
                   + b"\x98\x06\x01")  # field 99, varint 1
-    dev_bytes = (dev.SerializeToString() + b"\x12" + _len(late_bytes) + late_bytes
+    dev_bytes = (dev.SerializeToString() + delimited(2, late_bytes)
                  + tail.SerializeToString())
-    stats = b"\x0a" + _len(dev_bytes) + dev_bytes
+    stats = delimited(1, dev_bytes)
     stats += ss.StepStats(dev_stats=[ss.DeviceStepStats(device="/gpu:0/stream:all")]
                           ).SerializeToString()
     ours, ref = _native(stats), ingest.walk_step_bytes(stats, 7, "test")
@@ -148,16 +149,7 @@ def test_dtype_numbers_tensorflow_does_not_name_show_as_numbers():
 def record_first_field(mem: ss.AllocatorMemoryUsed) -> bytes:
     """A `memory` field of NodeExecStats whose allocator name follows its records."""
     body = mem.SerializeToString() + b"\x0a\x04cpu0"
-    return b"\x32" + _len(body) + body
-
-
-def _len(b: bytes) -> bytes:
-    n, out = len(b), bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
+    return delimited(6, body)
 
 
 def _mutations(data: bytes, rng: random.Random, count: int):
@@ -218,11 +210,11 @@ def test_a_file_the_decoder_declines_is_read_by_protobuf(tmp_path):
     twice = (node.SerializeToString()
              + ss.NodeExecStats(memory_stats=ss.MemoryStats(persistent_memory_size=2))
              .SerializeToString())
-    dev_bytes += b"\x12" + _len(twice) + twice
-    new_stats = b"\x0a" + _len(dev_bytes) + dev_bytes
+    dev_bytes += delimited(2, twice)
+    new_stats = delimited(1, dev_bytes)
     assert _native(new_stats) is None  # declined
     odd = tmp_path / "step-odd.pb"
-    odd.write_bytes(b"\x0a" + _len(new_stats) + new_stats)
+    odd.write_bytes(delimited(1, new_stats))
     mixed = [(odd, first_step, None), *items[1:]]
     native = ingest.ingest_step_files(mixed, native=True)
     ref = ingest.ingest_step_files(mixed, native=False)

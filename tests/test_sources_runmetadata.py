@@ -92,6 +92,20 @@ def test_a_corrupt_event_record_is_one_line_and_the_records_before_it_are_kept(t
     assert result.output.count("\n") == 1 and "bad length CRC at byte 0" in result.output
 
 
+def test_loose_files_without_or_with_the_same_step_number_get_the_next_free_ones(tmp_path):
+    # analyzer/sources/stepnumbers.py, shared with the timeline and events sources.
+    folder = tmp_path / "loose"
+    folder.mkdir()
+    binary = (LOOSE / "run_metadata_1.pb").read_bytes()
+    for name in ("a_5.pb", "b_5.pb", "c.pb", "d_2.pb"):
+        (folder / name).write_bytes(binary)
+    run = load_run(folder, use_cache=False)
+    # by number first (d_2, a_5, b_5), then the unnumbered: 2, 5, then 6 and 7 are free
+    assert sorted(run.steps) == [2, 5, 6, 7]
+    per_step = run.nodes.group_by("step").len()["len"]
+    assert per_step.n_unique() == 1  # each step holds the one file's executions
+
+
 def test_a_bad_file_among_loose_ones_is_skipped_with_one_line(tmp_path):
     folder = tmp_path / "loose"
     shutil.copytree(LOOSE, folder)

@@ -11,7 +11,6 @@ tag ("step_12"), else the event's step, else its order.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +21,9 @@ from runlens.analyzer import ingest
 from runlens.analyzer.errors import InputFileError, RunDirError
 from runlens.analyzer.proto import event_pb2
 from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.stepnumbers import distinct_steps, number_in
 from runlens.analyzer.sources.stepstats import frames_from_run_metadata
 
-_NUMBER_RE = re.compile(r"(\d+)")
 _META_GRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def
 
 
@@ -98,11 +97,6 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def _step_of_tag(tag: str) -> int | None:
-    numbers = _NUMBER_RE.findall(tag)
-    return int(numbers[-1]) if numbers else None
-
-
 def _graph_of_meta_graph(raw: bytes) -> bytes | None:
     try:
         return next((bytes(p) for n, p in ingest.split_fields(raw)
@@ -143,7 +137,7 @@ class EventsSource:
                     what = event.WhichOneof("what")
                     if what == "tagged_run_metadata":
                         t = event.tagged_run_metadata
-                        tagged.append((_step_of_tag(t.tag), event.step, t.run_metadata,
+                        tagged.append((number_in(t.tag), event.step, t.run_metadata,
                                        f"{path} (tag {t.tag!r})"))
                     elif what == "graph_def":
                         graphs.append((event.graph_def, f"{path} (graph_def)"))
@@ -162,20 +156,13 @@ class EventsSource:
                               + ("; TF2 event files hold summaries, not traces: a TF2 "
                                  "profile is the log dir's plugins/profile/<run>/ "
                                  "(point runlens at the log dir)" if tf2 else ""))
-        steps: list[tuple[int, bytes, str]] = []
-        used: set[int] = set()
-        for tag_step, event_step, raw, where in tagged:
-            step = tag_step if tag_step is not None else event_step
-            if step in used:
-                step = max(used) + 1
-            used.add(step)
-            steps.append((step, raw, where))
-        frames, more = frames_from_run_metadata(steps, graphs[-1:], part.worker,
-                                                str(part.path))
-        lacks = {"code": "not in event files (tfprof's op log holds code traces)"}
-        if frames["graph_nodes"].height == 0:
-            lacks["graph"] = "no graph in the event file(s)"
-        return SourceFrames(frames, warnings + more, lacks)
+        numbers = distinct_steps(tag_step if tag_step is not None else event_step
+                                 for tag_step, event_step, _, _ in tagged)
+        steps = [(step, raw, where)
+                 for step, (_, _, raw, where) in zip(numbers, tagged, strict=True)]
+        return frames_from_run_metadata(steps, graphs[-1:], part, warnings,
+                                        files="event files",
+                                        no_graph="no graph in the event file(s)")
 
 
 SOURCE = EventsSource()

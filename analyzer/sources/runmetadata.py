@@ -23,10 +23,10 @@ from google.protobuf.message import DecodeError
 from runlens.analyzer.errors import InputFileError, RunDirError
 from runlens.analyzer.proto import config_pb2, graph_pb2
 from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.stepnumbers import by_number, distinct_steps, number_in
 from runlens.analyzer.sources.stepstats import frames_from_run_metadata
 
 SUFFIXES = (".pb", ".pbtxt", ".pb.txt", ".txt", ".textproto")
-_NUMBER_RE = re.compile(r"(\d+)")
 _TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")
 # A binary file named like this is taken for RunMetadata even when it does not parse, so
 # that a truncated or damaged one is reported (one line naming it) instead of ignored.
@@ -88,11 +88,6 @@ def message_bytes(path: Path, message: type) -> bytes:
                              f"{message.__name__} ({first})") from None
 
 
-def _step_of(path: Path) -> int | None:
-    numbers = _NUMBER_RE.findall(path.name)
-    return int(numbers[-1]) if numbers else None
-
-
 class RunMetadataSource:
     kind = "runmetadata"
     description = ("loose RunMetadata files (binary .pb or text .pbtxt), one or a folder "
@@ -133,13 +128,9 @@ class RunMetadataSource:
         steps, graphs = part.detail
         warnings: list[str] = []
         items = []
-        used: set[int] = set()
-        numbered = sorted(steps, key=lambda p: (_step_of(p) is None, _step_of(p) or 0, p.name))
-        for p in numbered:
-            step = _step_of(p)
-            if step is None or step in used:
-                step = max(used, default=0) + 1
-            used.add(step)
+        numbered = by_number(steps)
+        for p, step in zip(numbered, distinct_steps(number_in(p.name) for p in numbered),
+                           strict=True):
             try:
                 items.append((step, message_bytes(p, config_pb2.RunMetadata), str(p)))
             except InputFileError as e:
@@ -152,12 +143,9 @@ class RunMetadataSource:
                 graph_items.append((message_bytes(p, graph_pb2.GraphDef), str(p)))
             except InputFileError as e:
                 warnings.append(f"{e}; op types come from timeline labels")
-        frames, more = frames_from_run_metadata(items, graph_items, part.worker,
-                                                str(part.path))
-        lacks = {"code": "not in RunMetadata files (tfprof's op log holds code traces)"}
-        if frames["graph_nodes"].height == 0:
-            lacks["graph"] = "no graph.pb or graph.pbtxt beside the RunMetadata"
-        return SourceFrames(frames, warnings + more, lacks)
+        return frames_from_run_metadata(
+            items, graph_items, part, warnings, files="RunMetadata files",
+            no_graph="no graph.pb or graph.pbtxt beside the RunMetadata")
 
 
 SOURCE = RunMetadataSource()

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from runlens.analyzer import ingest, schema
 from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.sources import damage
+from runlens.analyzer.sources import Part, SourceFrames, damage
 
 # (global step, serialized RunMetadata, what to call it in messages)
 StepBytes = tuple[int, bytes, str]
@@ -23,13 +23,17 @@ StepBytes = tuple[int, bytes, str]
 GraphBytes = tuple[bytes, str]
 
 
-def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
-                             worker: str, where: str
-                             ) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Raw frames of these steps (sources.raw_frames completes them), and warnings.
+def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], part: Part,
+                             warnings: list[str], *, files: str, no_graph: str
+                             ) -> SourceFrames:
+    """The part's raw frames of these steps (sources.raw_frames completes them); its
+    warnings: the caller's `warnings`, then one per step or graph skipped. What it lacks:
+    code traces (not in RunMetadata: "not in `files`"), and the graph when neither
+    `graphs` nor partition graphs give one (`no_graph`).
 
-    Raises RunDirError naming `where` when no step can be read."""
-    warnings: list[str] = []
+    Raises RunDirError naming the part's path when no step can be read."""
+    worker, where = part.worker, str(part.path)
+    warnings = list(warnings)
     parts: list[ingest.StepFrames] = []
     partition: dict[bytes, bytes] = {}
     for step, raw, name in steps:
@@ -67,7 +71,7 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
                                      maintain_order=True)
     merged = ingest.concat_step_frames(parts)
     lit = pl.lit(worker).alias("worker")
-    return {
+    frames = {
         "executions": merged.nodes,
         "keys": merged.keys.select(lit, pl.all()),
         "output_rows": merged.outputs,
@@ -76,4 +80,8 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes],
         "allocations": merged.allocations,
         "threads": merged.threads,
         "graph_nodes": graph_nodes,
-    }, warnings
+    }
+    lacks = {"code": f"not in {files} (tfprof's op log holds code traces)"}
+    if graph_nodes.height == 0:
+        lacks["graph"] = no_graph
+    return SourceFrames(frames, warnings, lacks)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import re
 import zlib
 from operator import itemgetter
 from pathlib import Path
@@ -45,10 +44,10 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json does the 
 
 from runlens.analyzer.errors import InputFileError, RunDirError
 from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from runlens.analyzer.sources.stepnumbers import by_number, distinct_steps, number_in
 
 Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"
-_NUMBER_RE = re.compile(r"(\d+)")
 _WHY = "not in tf.timeline files"
 # args keys in the order tf.timeline writes them, by their number (name, op, input0, ...)
 _ARG_KEYS = [["name", "op"][:n] + [f"input{i}" for i in range(n - 2)] for n in range(256)]
@@ -309,11 +308,6 @@ def nodes_frame(cols: dict[str, list]) -> pl.DataFrame:
         timeline_label=pl.col("timeline_label"))
 
 
-def _step_of(path: Path) -> int | None:
-    numbers = _NUMBER_RE.findall(path.name)
-    return int(numbers[-1]) if numbers else None
-
-
 class TimelineSource:
     kind = "timeline"
     description = ("tf.timeline / ProfilerHook Chrome traces: a timeline-<step>.json file "
@@ -327,8 +321,7 @@ class TimelineSource:
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
         if path.is_dir():
-            files = sorted((p for p in path.iterdir() if _is_trace_file(p)),
-                           key=lambda p: (_step_of(p) is None, _step_of(p) or 0, p.name))
+            files = by_number(p for p in path.iterdir() if _is_trace_file(p))
             if not files:
                 raise RunDirError(f"{path}: no timeline-*.json file")
         elif path.is_file():
@@ -353,24 +346,10 @@ def _read_lone(path: Path) -> pl.DataFrame:
     """One file: one step (numbered from its name, else 1) or merged runs (1..N)."""
     cols: dict[str, list] = {c: [] for c in _COLUMNS}
     count = file_rows(path, 1, one_step=False, cols=cols)
-    named = _step_of(path)
+    named = number_in(path.name)
     if count == 1 and named is not None:  # a lone timeline-<N>.json
         cols["step"] = [named] * len(cols["step"])
     return nodes_frame(cols)
-
-
-def folder_steps(files: tuple[str, ...]) -> list[int]:
-    """Each file's step: the last number in its name; the next free one when it has none
-    or another file has it."""
-    steps: list[int] = []
-    used: set[int] = set()
-    for name in files:
-        step = _step_of(Path(name))
-        if step is None or step in used:
-            step = max(used, default=0) + 1
-        used.add(step)
-        steps.append(step)
-    return steps
 
 
 def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list[str]]:
@@ -392,7 +371,8 @@ def _read_folder(files: tuple[str, ...], jobs: int, progress: Progress | None
 
     Serial: two processes read 10,000 ProfilerHook files no faster on the shared 2-core
     machine of benchmarks/README.md (4.3 s vs 4.7 s under load), so `jobs` is unused."""
-    items = list(zip(files, folder_steps(files), strict=True))
+    steps = distinct_steps(number_in(Path(f).name) for f in files)
+    items = list(zip(files, steps, strict=True))
     frames, warnings = [], []
     for start in range(0, len(items), 500):
         frame, skipped = _read_files(items[start:start + 500])

@@ -1,0 +1,39 @@
+"""Step numbers of inputs that carry them only in a name (a file name, a run metadata tag):
+the last number in it, and a free number for an input without one or whose number an
+earlier input took. Shared by the timeline, runmetadata and events sources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+_NUMBER_RE = re.compile(r"(\d+)")
+
+
+def number_in(name: str) -> int | None:
+    """The last number in `name` (`timeline-12.json` -> 12), None when it has none."""
+    numbers = _NUMBER_RE.findall(name)
+    return int(numbers[-1]) if numbers else None
+
+
+def distinct_steps(wanted: Iterable[int | None]) -> list[int]:
+    """Each input's wanted step, in order; one above the highest so far (1 for the first)
+    when it wants none or an earlier input has it, so that no two inputs share a step."""
+    steps: list[int] = []
+    used: set[int] = set()
+    for step in wanted:
+        if step is None or step in used:
+            step = max(used, default=0) + 1
+        used.add(step)
+        steps.append(step)
+    return steps
+
+
+def by_number(paths: Iterable[Path]) -> list[Path]:
+    """Files whose names hold a number first, by that number; then the others by name."""
+    def key(p: Path) -> tuple[bool, int, str]:
+        number = number_in(p.name)
+        return number is None, number or 0, p.name
+
+    return sorted(paths, key=key)
