@@ -251,6 +251,7 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
 
     out = []
     alarms, first = 0, None
+    named: dict[str, int] = {}  # false alarms by the first metric they call
     for _ in range(same):
         base, new, _ = draw()
         r = compare(base, new)
@@ -260,9 +261,12 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
             alarms += 1
             first = first or r.regressions.select("kind", "name", "effect_pct",
                                                   "floor_pct").row(0)
+            top = r.regressions["name"][0]
+            named[top] = named.get(top, 0) + 1
+    tally = ", ".join(f"{k_} x{v}" for k_, v in sorted(named.items(), key=lambda kv: -kv[1]))
     out.append({"set": label, "model": name, "k": k, "n": n, "case": "same config",
                 "draws": same, "exit 1": alarms, "rate": alarms / same,
-                "example": str(first) if first else ""})
+                "example": f"{first}; by first metric: {tally}" if first else ""})
     scopes = sorted({sc for runs in sessions.values() for r in runs
                      for sc in scopes_over(r, 0.05)})
     per: dict[str, int] = {}
