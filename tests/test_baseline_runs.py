@@ -34,9 +34,14 @@ def _dirs(*names: str) -> list:
     return [COMPARE / n for n in names]
 
 
-@pytest.mark.parametrize("base, new", [(("tf_base_a", "tf_base_b"), "tf_base_c"),
-                                       (("tf_base_b", "tf_base_c"), "tf_base_a"),
-                                       (("tf_base_c", "tf_base_a"), "tf_base_b")])
+# tf_base_a as the new run is the known false alarm of tests/test_ci_gate.py (issue 11):
+# its process ran tiny ops 3-4x slower, and two base runs that never did cannot know.
+@pytest.mark.parametrize("base, new", [
+    (("tf_base_a", "tf_base_b"), "tf_base_c"),
+    pytest.param(("tf_base_b", "tf_base_c"), "tf_base_a", marks=pytest.mark.xfail(
+        strict=True, reason="issue 11: tf_base_a's process ran tiny ops 3-4x slower; "
+        "train/GradientDescent flagged (a same-config false alarm)")),
+    (("tf_base_c", "tf_base_a"), "tf_base_b")])
 def test_two_base_runs_against_a_third_same_config_run_exit_0(tf, base, new):
     result = compare(merge_runs([tf[b] for b in base]), tf[new])
     assert result.base_runs == 2 and len(result.run_factors) == 2
@@ -95,12 +100,13 @@ def test_a_scope_that_swings_between_base_runs_gets_a_higher_floor(tf):
     both = compare(merge_runs([tf["tf_base_a"], swung]), new)
     assert scope not in both.regressions["name"].to_list()
     row = both.rows.filter(pl.col("name") == scope).row(0, named=True)
-    # the other scopes of the same size (>= 3% of the step) that did not swing
-    others = both.rows.filter((pl.col("kind") == "scope") & (pl.col("share_pct") >= 3)
-                              & ~pl.col("name").str.contains("block2"))
-    assert others.height >= 5
-    assert row["floor_pct"] > others["floor_pct"].max()
-    assert row["run_spread_pct"] > others["run_spread_pct"].max()
+    # the same two base runs without the swing: the swing alone raised this scope's
+    # spread between the runs, and its floor with it (floor >= spread)
+    plain = compare(merge_runs([tf["tf_base_a"], tf["tf_base_b"]]), new).rows.filter(
+        pl.col("name") == scope).row(0, named=True)
+    assert row["run_spread_pct"] > plain["run_spread_pct"]
+    assert row["floor_pct"] > plain["floor_pct"]
+    assert row["floor_pct"] >= row["run_spread_pct"]
 
 
 def test_a_baseline_file_of_several_runs_keeps_them_apart(tf, tmp_path):

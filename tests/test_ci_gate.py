@@ -11,11 +11,12 @@ import pytest
 
 from runlens.analyzer.compare import Samples, compare, samples_from_run, warmup_steps
 from runlens.analyzer.load import load_run
+from runlens.analyzer.model import Run
 from runlens.analyzer.warmup import flag_steps
 from tests.conftest import ROOT, run_cli
 
 COMPARE = ROOT / "fixtures" / "compare"
-RUNS = ("tf_base_a", "tf_base_b", "tf_wide_block3")
+RUNS = ("tf_base_a", "tf_base_b", "tf_base_c", "tf_wide_block3")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,21 @@ def test_the_fixtures_are_what_the_issue_describes(tf):
         assert s.samples.select("kind", "name").n_unique() >= 150
 
 
-@pytest.mark.parametrize("base, new", [("tf_base_a", "tf_base_b"), ("tf_base_b", "tf_base_a")])
+# A known false alarm (issue 11, open; docs/ci.md "re-measured on a finite model"): the
+# process that wrote tf_base_a ran every tiny op 3-4x slower than tf_base_b's and
+# tf_base_c's (GradientDescent update nodes 11 us against 3.5, AddN 16 against 3; median
+# step 8.7 ms against 9.0), and the gate calls that a regression of train/GradientDescent
+# (+258%) when tf_base_a is the new side. strict: the day the gate stops crying wolf on
+# these, the mark must go.
+FALSE_ALARM = pytest.mark.xfail(strict=True, reason=(
+    "issue 11: tf_base_a's process ran tiny ops 3-4x slower; the gate flags "
+    "train/GradientDescent (a same-config false alarm, 1.3-6.7% of pairs across sessions)"))
+SAME_CONFIG = ("tf_base_a", "tf_base_b", "tf_base_c")
+
+
+@pytest.mark.parametrize("base, new", [
+    pytest.param(b, n, marks=[FALSE_ALARM] if n == "tf_base_a" else [])
+    for b in SAME_CONFIG for n in SAME_CONFIG if b != n])
 def test_same_config_captured_apart_exits_0(tf, base, new):
     result = compare(tf[base], tf[new])
     assert result.regressions.height == 0, result.regressions.select(
@@ -97,10 +112,25 @@ def _more_op_work(s: Samples, share_of_step: float) -> Samples:
     return Samples(s.source, out, s.node_medians, s.scope_depth, s.meta)
 
 
+def _descheduled(run: Run, every: int = 3, nodes: int = 10, factor: float = 10.0) -> Run:
+    """`run` as a busy machine leaves it: in every `every`-th step its `nodes` longest
+    executions were descheduled and took `factor` x their time (a transformer capture of
+    an earlier study had op time spike to 2.8x its median in 4 of 10 steps that way)."""
+    nodes_frame = run.nodes
+    steps = sorted(nodes_frame["step"].unique().to_list())[1::every]
+    rank = pl.col("op_end_rel_us").rank("ordinal", descending=True).over("step")
+    hit = pl.col("step").is_in(steps) & (rank <= nodes)
+    return run.replace(nodes=nodes_frame.with_columns(
+        op_end_rel_us=pl.when(hit).then(pl.col("op_end_rel_us") * factor)
+        .otherwise(pl.col("op_end_rel_us")).cast(nodes_frame.schema["op_end_rel_us"]),
+        all_end_rel_us=pl.when(hit).then(pl.col("all_end_rel_us") * factor)
+        .otherwise(pl.col("all_end_rel_us")).cast(nodes_frame.schema["all_end_rel_us"])))
+
+
 def test_contention_spikes_are_capped_so_a_30pct_slower_step_shows_in_op_time(monkeypatch):
-    # tf_base_a was captured on a busy machine: in 4 of its 10 steps some ops were
-    # descheduled and op time (the sum of op times) spiked up to 2.8x its median.
-    run_a = load_run(COMPARE / "tf_base_a", use_cache=False)
+    # A real capture whose longest ops were descheduled in every third step (the spikes of
+    # a busy machine: op time up to 2-3x its median in those steps).
+    run_a = _descheduled(load_run(COMPARE / "tf_base_a", use_cache=False))
     run_b = load_run(COMPARE / "tf_base_b", use_cache=False)
 
     def op_time(s: Samples) -> pl.Series:
