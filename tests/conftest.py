@@ -12,6 +12,9 @@ from click.testing import CliRunner
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPARE = ROOT / "fixtures" / "compare"
+# The transformer's compare fixtures: three same-config processes and block3's MLP wider.
+TF_RUNS = ("tf_base_a", "tf_base_b", "tf_base_c", "tf_wide_block3")
 FIXTURES = ROOT / "fixtures" / "runs"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "steps").is_dir())
 # Captured by our hook from TensorFlow (graph.pb, op_log.pb, >= 5 steps); the others are
@@ -56,3 +59,13 @@ def run_cli(args: list[str], expect_exit: int = 0):
     assert result.exit_code == expect_exit, f"exit {result.exit_code}: {output}"
     assert "Traceback" not in output
     return result
+
+
+@pytest.fixture(scope="session")
+def tf():
+    """Per-step samples of each of TF_RUNS (read once per test process)."""
+    from runlens.analyzer.compare import samples_from_run
+    from runlens.analyzer.load import load_run
+
+    return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)
+            for name in TF_RUNS}

@@ -18,9 +18,7 @@ from runlens.analyzer.baseline import load_baseline, save_baseline
 from runlens.analyzer.compare import samples_from_run
 from runlens.analyzer.errors import InputFileError
 from runlens.analyzer.load import load_run
-from tests.conftest import ROOT, run_cli
-
-COMPARE = ROOT / "fixtures" / "compare"
+from tests.conftest import COMPARE, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,11 @@ import pytest
 
 from runlens.analyzer.baseline import load_baseline
 from runlens.analyzer.baseruns import merge_runs, run_sources
-from runlens.analyzer.compare import Samples, compare, samples_from_run
+from runlens.analyzer.compare import Samples, compare
 from runlens.analyzer.errors import InputFileError
-from runlens.analyzer.load import load_run
-from tests.conftest import ROOT, run_cli
+from tests.conftest import COMPARE, TF_RUNS, run_cli
 
-COMPARE = ROOT / "fixtures" / "compare"
-RUNS = ("tf_base_a", "tf_base_b", "tf_base_c", "tf_wide_block3")
-
-
-@pytest.fixture(scope="module")
-def tf() -> dict[str, Samples]:
-    return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)
-            for name in RUNS}
+RUNS = TF_RUNS
 
 
 def _dirs(*names: str) -> list:

@@ -13,16 +13,9 @@ from runlens.analyzer.compare import Samples, compare, samples_from_run, warmup_
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
 from runlens.analyzer.warmup import flag_steps
-from tests.conftest import ROOT, run_cli
+from tests.conftest import COMPARE, TF_RUNS, run_cli
 
-COMPARE = ROOT / "fixtures" / "compare"
-RUNS = ("tf_base_a", "tf_base_b", "tf_base_c", "tf_wide_block3")
-
-
-@pytest.fixture(scope="module")
-def tf() -> dict[str, Samples]:
-    return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)
-            for name in RUNS}
+RUNS = TF_RUNS
 
 
 def test_the_fixtures_are_what_the_issue_describes(tf):

@@ -19,9 +19,7 @@ from runlens.analyzer.compare import (
     save_baseline,
 )
 from runlens.analyzer.load import load_run
-from tests.conftest import ROOT, run_cli
-
-COMPARE = ROOT / "fixtures" / "compare"
+from tests.conftest import COMPARE, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,8 @@ from runlens.analyzer.load import load_run
 from runlens.analyzer.report import compare_page
 from runlens.analyzer.report.compare_data import metric_row
 from runlens.analyzer.report.page import embed_json
-from tests.conftest import FIXTURES, ROOT, run_cli
+from tests.conftest import COMPARE, FIXTURES, ROOT, run_cli
 
-COMPARE = ROOT / "fixtures" / "compare"
 DATA_RE = re.compile(r'<script type="application/json" id="runlens-data">(.*?)</script>', re.S)
 
 
