@@ -6,10 +6,11 @@ baseline file (analyzer.baseline) is exactly these samples as JSON.
 
 The decision is documented, with its measured false-alarm and detection rates, in
 docs/ci.md: warm-up and outlier steps are left out (analyzer.warmup), the new run is divided
-by a machine-wide factor (the median new/base ratio over nodes, so a uniformly slower
-machine is not a regression), step time is tested alone and scopes/op types as one
-Benjamini-Hochberg family, with exact Mann-Whitney p-values, and every call also needs a
-Hodges-Lehmann change above an effect-size floor measured between separate runs.
+by machine factors (per node-duration class, analyzer.machinefactor: a uniformly slower
+machine, or one whose tiny ops run slower, is not a regression), step time is tested
+alone and scopes/op types as one Benjamini-Hochberg family, with exact Mann-Whitney
+p-values, and every call also needs a Hodges-Lehmann change above an effect-size floor
+measured between separate runs.
 """
 
 from __future__ import annotations
