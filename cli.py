@@ -362,8 +362,9 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Compare name scopes down to this depth.")
 @click.option("--no-normalize", is_flag=True,
-              help="Do not divide out the machine-wide factor, and let the wall step "
-                   "time fail the build too (use on dedicated machines).")
+              help="Do not divide out machine speed (the per node-size class factors), "
+                   "and let the wall step time fail the build too (use on dedicated "
+                   "machines).")
 @click.option("--format", "fmt", type=click.Choice(list(formats.COMPARE)),
               default="text", show_default=True,
               help="Report format; html: one self-contained page (use -o).")
@@ -384,8 +385,8 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     instead of a floor per size class. NEW is a run dir or a baseline file. Per-step
     samples of step time, op time, op types and name scopes are compared with exact
     one-sided Mann-Whitney U tests (step time and op time on their own; scopes and op
-    types under Benjamini-Hochberg); a regression must be significant
-    and its change (Hodges-Lehmann, after dividing out a machine-wide factor) above an
+    types under Benjamini-Hochberg); a regression must be significant and its change
+    (Hodges-Lehmann, after dividing out machine speed per node-size class) above an
     effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
     Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
     input.

@@ -50,12 +50,18 @@ def save_baseline(samples: Any, path: Path) -> None:
                     for k, nm, v in wide.sort("kind", "name").iter_rows()],
     }
     medians = samples.node_medians.with_columns(pl.col("median_us").round(3))
+
+    def nodes(m: pl.DataFrame) -> dict[str, Any]:  # op types: machinefactor's op classes
+        out = {"node_medians_us": dict(m.select("name", "median_us").iter_rows())}
+        if "op_type" in m.columns:
+            out["node_op_types"] = dict(m.select("name", "op_type").drop_nulls().iter_rows())
+        return out
+
     if runs:
-        doc["runs"] = [{"source": src, "node_medians_us": dict(
-            medians.filter(pl.col("run") == i).select("name", "median_us").iter_rows())}
-            for i, src in enumerate(runs)]
+        doc["runs"] = [{"source": src, **nodes(medians.filter(pl.col("run") == i))}
+                       for i, src in enumerate(runs)]
     else:
-        doc["node_medians_us"] = dict(medians.select("name", "median_us").iter_rows())
+        doc.update(nodes(medians))
     atomic_write(path, (json.dumps(doc, indent=0, allow_nan=False) + "\n").encode())
 
 
@@ -85,14 +91,21 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
-def _node_medians(medians: Any, where: str) -> list[tuple[str, float]]:
+def _node_medians(medians: Any, where: str, op_types: Any = None
+                  ) -> list[tuple[str, float, str | None]]:
+    """(node, median us, op type or None); op types are optional (older baselines)."""
     if not isinstance(medians, dict):
         raise _Bad(f"{where} must be an object of node name -> microseconds")
-    return [(_string(k, f"{where} key"), _number(v, f"{where}[{k!r:.40}]"))
+    ops = {} if op_types is None else op_types
+    if not isinstance(ops, dict):
+        raise _Bad(f"{where.replace('node_medians_us', 'node_op_types')} must be an object "
+                   "of node name -> op type")
+    return [(_string(k, f"{where} key"), _number(v, f"{where}[{k!r:.40}]"),
+             None if ops.get(k) is None else _string(ops[k], f"op type of {k!r:.40}"))
             for k, v in medians.items()]
 
 
-def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[tuple[str, float, int]]]:
+def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[Any]]:
     """Schema 2: the runs' sources and node medians; every sample id names one run."""
     runs = doc.get("runs")
     if not isinstance(runs, list) or len(runs) < 2:
@@ -102,8 +115,8 @@ def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[tuple[st
         if not isinstance(r, dict):
             raise _Bad(f"runs[{i}] must be an object")
         sources.append(_string(r.get("source"), f"runs[{i}].source"))
-        medians += [(k, v, i) for k, v in _node_medians(r.get("node_medians_us", {}),
-                                                         f"runs[{i}].node_medians_us")]
+        medians += [(k, v, op, i) for k, v, op in _node_medians(
+            r.get("node_medians_us", {}), f"runs[{i}].node_medians_us", r.get("node_op_types"))]
     seen: set[int] = set()
     for s in ids:
         head, sep, _ = s.partition("#")
@@ -168,8 +181,8 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
         sources, medians = _runs(doc, ids)
         return rows, medians, depth, {**meta, "runs": sources}
     one_run = {k: v for k, v in meta.items() if k != "runs"}  # "runs" means schema 2
-    return rows, _node_medians(doc.get("node_medians_us", {}), "node_medians_us"), depth, \
-        one_run
+    return rows, _node_medians(doc.get("node_medians_us", {}), "node_medians_us",
+                               doc.get("node_op_types")), depth, one_run
 
 
 def load_baseline(path: Path) -> Any:
@@ -196,8 +209,10 @@ def load_baseline(path: Path) -> Any:
     long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
                                       "sample": pl.String, "value_us": pl.Float64},
                         orient="row")
-    columns = {"name": pl.String, "median_us": pl.Float64}
+    columns = {"name": pl.String, "median_us": pl.Float64, "op_type": pl.String}
     if "runs" in meta:  # schema 2: each run's node medians apart
         columns["run"] = pl.Int64
     nm = pl.DataFrame(medians, schema=columns, orient="row")
+    if nm["op_type"].null_count() == nm.height:  # a baseline saved before op types
+        nm = nm.drop("op_type")
     return Samples(str(path), long, nm, depth, meta)

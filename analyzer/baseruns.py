@@ -71,7 +71,9 @@ def merge_runs(parts: list[Any]) -> Any:
         nm = part.node_medians
         if "run" not in nm.columns:
             nm = nm.with_columns(run=pl.lit(0, pl.Int64))
-        medians.append(nm.select("name", "median_us", run=pl.col("run") + offset))
+        if "op_type" not in nm.columns:
+            nm = nm.with_columns(op_type=pl.lit(None, pl.String))
+        medians.append(nm.select("name", "median_us", "op_type", run=pl.col("run") + offset))
         sources += runs
     first = parts[0]
     for p in parts[1:]:
@@ -90,7 +92,13 @@ def pooled_node_medians(s: Any) -> pl.DataFrame:
     nm = s.node_medians
     if "run" not in nm.columns:
         return nm
-    return nm.group_by("name").agg(pl.col("median_us").median()).sort("name")
+    if "op_type" not in nm.columns:
+        return nm.group_by("name").agg(pl.col("median_us").median()).sort("name")
+    pooled = nm.group_by("name").agg(pl.col("median_us").median(),
+                                     pl.col("op_type").drop_nulls().first())
+    if pooled["op_type"].null_count() == pooled.height:  # no run knew op types
+        pooled = pooled.drop("op_type")
+    return pooled.sort("name")
 
 
 def normalize_runs(base: Any) -> tuple[Any, list[float]]:

@@ -6,10 +6,11 @@ baseline file (analyzer.baseline) is exactly these samples as JSON.
 
 The decision is documented, with its measured false-alarm and detection rates, in
 docs/ci.md: warm-up and outlier steps are left out (analyzer.warmup), the new run is divided
-by a machine-wide factor (the median new/base ratio over nodes, so a uniformly slower
-machine is not a regression), step time is tested alone and scopes/op types as one
-Benjamini-Hochberg family, with exact Mann-Whitney p-values, and every call also needs a
-Hodges-Lehmann change above an effect-size floor measured between separate runs.
+by machine factors (per node-duration class, analyzer.machinefactor: a uniformly slower
+machine, or one whose tiny ops run slower, is not a regression), step time is tested
+alone and scopes/op types as one Benjamini-Hochberg family, with exact Mann-Whitney
+p-values, and every call also needs a Hodges-Lehmann change above an effect-size floor
+measured between separate runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from runlens.analyzer.baseruns import (
     run_spread,
 )
 from runlens.analyzer.errors import InputFileError, RunDirError
+from runlens.analyzer.machinefactor import metric_factors
 from runlens.analyzer.model import Run
 from runlens.analyzer.stats import (
     benjamini_hochberg,
@@ -83,7 +85,7 @@ class Samples:
 
     source: str
     samples: pl.DataFrame  # kind ("step"|"op"|"scope"), name, sample ("worker/step"), value_us
-    node_medians: pl.DataFrame  # name, median_us (nodes with real time, for the factor)
+    node_medians: pl.DataFrame  # name, median_us[, op_type] (every timed node: the factors)
     scope_depth: int = 3
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -131,8 +133,8 @@ def samples_from_run(run: Run, source: str, scope_depth: int = 3) -> Samples:
         .group_by("name", "sample").agg(value_us=pl.col("us").sum())
         .select(kind=pl.lit("scope"), name="name", sample="sample", value_us="value_us")
     )
-    node_medians = (n.group_by("node_name").agg(median_us=pl.col("median_us").first())
-                    .filter(pl.col("median_us") >= FACTOR_MIN_US)
+    node_medians = (n.group_by("node_name").agg(median_us=pl.col("median_us").first(),
+                                                op_type=pl.col("op_type").first())
                     .rename({"node_name": "name"}).sort("name"))
     long = _fill_missing(pl.concat([steps, op_time, ops, scopes]))
 
@@ -223,8 +225,11 @@ def machine_factor(base: Samples, new: Samples) -> tuple[float, int]:
     estimate (they changed locally, e.g. the layer that regressed), so that a local change
     in a small model does not pass for machine noise. 1.0 when too few nodes qualify.
     """
-    both = base.node_medians.join(new.node_medians, on="name", suffix="_new").with_columns(
-        ratio=pl.col("median_us_new") / pl.col("median_us"))
+    timed = pl.col("median_us") >= FACTOR_MIN_US
+    both = (base.node_medians.filter(timed).select("name", "median_us")
+            .join(new.node_medians.filter(timed).select("name", "median_us"), on="name",
+                  suffix="_new")
+            .with_columns(ratio=pl.col("median_us_new") / pl.col("median_us")))
     if both.height < FACTOR_MIN_NODES:
         return 1.0, both.height
     first = float(both["ratio"].median())  # type: ignore[arg-type]
@@ -332,7 +337,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
              "scope": ["scope"]}[by]
     keys, b, n_raw, present_b, present_n, b_runs = _align(base, new,
                                                           sorted(set(kinds) | {"step"}))
-    n = n_raw / factor
+    metric_factor = np.ones(len(keys))
+    if normalize:
+        metric_factor = metric_factors(keys, base.node_medians, new.node_medians, factor)
+    n = n_raw / metric_factor[:, None]
     nb, nn = b.shape[1], n.shape[1]
     is_step = np.array([k[0] == "step" for k in keys])
     wall = [i for i, k in enumerate(keys) if k == ("step", STEP_TIME)]

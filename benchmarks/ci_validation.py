@@ -101,7 +101,11 @@ def inject(s: Samples, scope: str | None, pct: float) -> Samples:
     out = s.samples.join(added, on="sample", how="left").with_columns(
         value_us=pl.col("value_us") + pl.when(hit).then(pl.col("added")).otherwise(0.0)
     ).drop("added")
-    return Samples(s.source, out, s.node_medians, s.scope_depth, s.meta)
+    medians = s.node_medians  # a real regression moves its nodes' medians too
+    if scope not in (None, "idle"):
+        medians = medians.with_columns(median_us=pl.col("median_us") * pl.when(
+            pl.col("name").str.starts_with(scope + "/")).then(1 + pct / 100).otherwise(1.0))
+    return Samples(s.source, out, medians, s.scope_depth, s.meta)
 
 
 def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
@@ -430,8 +434,15 @@ def main() -> None:
                     help="multiples of the base runs' spread to try (--tune)")
     ap.add_argument("--mins", type=float, nargs="+", default=[20, 30, 40, 60],
                     help="scope/op type floor minimums to try, %% (--tune)")
+    ap.add_argument("--one-factor", action="store_true",
+                    help="one machine factor per run (analyzer.machinefactor.BY_SIZE off)")
+    ap.add_argument("--leave-out", action="store_true", help="per-class factors without "
+                    "the metric's own nodes (machinefactor.LEAVE_OUT; rejected)")
     args = ap.parse_args()
     started = time.monotonic()
+    import runlens.analyzer.machinefactor as mf
+    mf.BY_SIZE, mf.LEAVE_OUT = not args.one_factor, args.leave_out
+    print(f"machine factor per node-duration class {mf.BY_SIZE}, leave-out {mf.LEAVE_OUT}")
     if args.sessions:
         run_sessions(args)
         print(f"done in {time.monotonic() - started:.0f}s")

@@ -65,6 +65,8 @@ DAMAGES = {
     "node medians as a list": _set(["node_medians_us"], [1.0, 2.0]),
     "node median as a string": _set(["node_medians_us", "x/y"], "12"),
     "node median negative": _set(["node_medians_us", "x/y"], -1.0),
+    "node op types as a list": _set(["node_op_types"], ["MatMul"]),
+    "node op type a number": _set(["node_op_types", lambda t, rng: next(iter(t))], 5),
     "metric name null": _set(["metrics", _index, "name"], None),
     "metric name empty": _set(["metrics", _index, "name"], ""),
     "metric kind unknown": _set(["metrics", _index, "kind"], "layer"),

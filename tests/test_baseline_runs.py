@@ -26,13 +26,15 @@ def _dirs(*names: str) -> list:
     return [COMPARE / n for n in names]
 
 
-# tf_base_a as the new run is the known false alarm of tests/test_ci_gate.py (issue 11):
-# its process ran tiny ops 3-4x slower, and two base runs that never did cannot know.
+# tf_base_a as the new run: its process ran tiny ops 3-4x slower (tests/test_ci_gate.py).
+# Against one base run the factor per node-duration class absorbs enough of it; against
+# b and c together GradientDescent is still +102% (CI from +67%) above a 40% floor from
+# the two runs' spread, and AddN +166%: still a false alarm (issue 11, docs/ci.md).
 @pytest.mark.parametrize("base, new", [
     (("tf_base_a", "tf_base_b"), "tf_base_c"),
     pytest.param(("tf_base_b", "tf_base_c"), "tf_base_a", marks=pytest.mark.xfail(
         strict=True, reason="issue 11: tf_base_a's process ran tiny ops 3-4x slower; "
-        "train/GradientDescent flagged (a same-config false alarm)")),
+        "GradientDescent and AddN flagged against two base runs (a same-config false alarm)")),
     (("tf_base_c", "tf_base_a"), "tf_base_b")])
 def test_two_base_runs_against_a_third_same_config_run_exit_0(tf, base, new):
     result = compare(merge_runs([tf[b] for b in base]), tf[new])
