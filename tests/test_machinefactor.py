@@ -9,17 +9,12 @@ import polars as pl
 import pytest
 
 from runlens.analyzer import machinefactor
-from runlens.analyzer.compare import compare, machine_factor, samples_from_run
-from runlens.analyzer.load import load_run
-from tests.conftest import ROOT
-
-COMPARE = ROOT / "fixtures" / "compare"
+from runlens.analyzer.compare import compare, machine_factor
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tuple(samples_from_run(load_run(COMPARE / n, use_cache=False), n)
-                 for n in ("tf_base_b", "tf_base_a"))
+def pair(tf):
+    return tf["tf_base_b"], tf["tf_base_a"]
 
 
 def _nodes(base, new) -> pl.DataFrame:
