@@ -82,17 +82,56 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
     if not BY_SIZE or nodes.height < BIN_MIN_NODES:
         return out
     b, new = nodes["base_us"].to_numpy(), nodes["new_us"].to_numpy()
+    every = class_factors(b, new / b)
+    if LEAVE_OUT:
+        return _left_out_factors(keys, nodes, every, fallback, by_op)
+    uppers, factors = every  # type: ignore[misc]  # not None: enough nodes (above)
+    cls = np.minimum(np.searchsorted(uppers, b, side="right"), len(uppers) - 1)
+    # Each node's new median and what it would be at its class's base speed; a metric's
+    # factor is the ratio of their sums over the metric's nodes.
+    nodes = nodes.with_columns(at_base=pl.Series(new / factors[cls]))
+    parts = pl.col("name").str.split("/")
+    scopes = (nodes.filter(parts.list.len() > 1)
+              .with_columns(level=pl.int_ranges(1, parts.list.len())).explode("level")
+              .select(kind=pl.lit("scope"),
+                      metric=pl.col("name").str.split("/").list.head(pl.col("level"))
+                      .list.join("/"), new_us="new_us", at_base="at_base"))
+    groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"),
+                                   new_us="new_us", at_base="at_base")]
+    if by_op:
+        groups.append(nodes.select(kind=pl.lit("op"), metric="op_type", new_us="new_us",
+                                   at_base="at_base"))
+    sums = (pl.concat(groups).group_by("kind", "metric")
+            .agg(f=pl.col("new_us").sum() / pl.col("at_base").sum()))
+    wanted = pl.DataFrame({"kind": [k for k, _ in keys], "metric": [n for _, n in keys]},
+                          schema={"kind": pl.String, "metric": pl.String})
+    if not by_op:  # op types without node op types: op time's factor
+        wanted = wanted.with_columns(metric=pl.when(pl.col("kind") == "op")
+                                     .then(pl.lit("op time")).otherwise("metric"),
+                                     kind=pl.when(pl.col("kind") == "op").then(pl.lit("step"))
+                                     .otherwise("kind"))
+    f = wanted.join(sums, on=["kind", "metric"], how="left", maintain_order="left")["f"]
+    got = f.to_numpy().astype(float)
+    return np.where(np.isfinite(got) & (got > 0), got, fallback)
+
+
+def _left_out_factors(keys: list[tuple[str, str]], nodes: pl.DataFrame,
+                      every: tuple[np.ndarray, np.ndarray] | None, fallback: float,
+                      by_op: bool) -> np.ndarray:
+    """LEAVE_OUT (the rejected variant, kept for benchmarks/ci_validation.py --leave-out):
+    each metric's classes measured again without its own nodes, one metric at a time."""
+    out = np.full(len(keys), fallback, dtype=float)
+    b, new = nodes["base_us"].to_numpy(), nodes["new_us"].to_numpy()
     ratio = new / b
     names = nodes["name"].to_numpy().astype(str)
     ops = nodes["op_type"].to_numpy().astype(str) if by_op else None
-    every = class_factors(b, ratio)
     all_nodes = _at_speed(b, new, every, fallback)
 
     def factor(member: np.ndarray) -> float:
         if not member.any():
             return fallback
-        classes = class_factors(b[~member], ratio[~member]) if LEAVE_OUT else every
-        return _at_speed(b[member], new[member], classes, fallback)
+        return _at_speed(b[member], new[member], class_factors(b[~member], ratio[~member]),
+                         fallback)
 
     for i, (kind, name) in enumerate(keys):
         if kind == "scope":
