@@ -73,7 +73,13 @@ STEP_FLOORS = {STEP_TIME: 0.50, OP_TIME: 0.10}
 # two capture sessions differed by up to 140% in median step time, op time (spikes
 # capped) by at most 10%. A step slower by op work is caught on op time (docs/ci.md).
 WALL_GATES_SHARED = False
-SCOPE_FLOORS = ((0.10, 0.60), (0.03, 0.60), (NOISE_FLOOR, 1.20))  # (share >=, floor)
+SCOPE_FLOORS = ((0.10, 0.50), (0.03, 0.50), (NOISE_FLOOR, 1.20))  # (share >=, floor)
+# A scope of >= 3% whose time is mostly divided by its own size class (no nodes of the
+# same kernel and size outside it, analyzer.machinefactor) keeps the floor chosen for that
+# method: a regression there moves the factor it is divided by, and so does a process
+# that runs one kernel slower (tf_base_a: every optimizer update 3x slower).
+SCOPE_FLOOR_NO_PEERS = 0.60
+PEERS_ENOUGH = 0.5  # share of a scope's time divided by its peers' speed
 # Op types sum one kernel over the whole model: the six attention softmaxes together
 # (op type Softmax) moved more between processes than any one scope did.
 OP_FLOORS = ((0.10, 0.70), (0.03, 0.70), (NOISE_FLOOR, 1.20))
@@ -337,9 +343,10 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
              "scope": ["scope"]}[by]
     keys, b, n_raw, present_b, present_n, b_runs = _align(base, new,
                                                           sorted(set(kinds) | {"step"}))
-    metric_factor = np.ones(len(keys))
+    metric_factor, peers = np.ones(len(keys)), np.ones(len(keys))
     if normalize:
-        metric_factor = metric_factors(keys, base.node_medians, new.node_medians, factor)
+        metric_factor, peers = metric_factors(keys, base.node_medians, new.node_medians,
+                                              factor)
     n = n_raw / metric_factor[:, None]
     nb, nn = b.shape[1], n.shape[1]
     is_step = np.array([k[0] == "step" for k in keys])
@@ -353,6 +360,9 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     size_us = np.maximum(base_med, norm_med)
     floors = [floor_for(m[0], float(sh), m[1]) if m[0] == "step" or us >= NOISE_FLOOR_US
               else None for m, sh, us in zip(keys, share, size_us, strict=True)]
+    lone = [f is not None and m[0] == "scope" and f < SCOPE_FLOOR_NO_PEERS
+            and pe < PEERS_ENOUGH for f, m, pe in zip(floors, keys, peers, strict=True)]
+    floors = [SCOPE_FLOOR_NO_PEERS if lo else f for f, lo in zip(floors, lone, strict=True)]
     floor_from = "size class"
     spread = np.full(len(keys), np.nan)
     if k_runs >= 2 and nb:
@@ -444,7 +454,9 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
         "effect_high_pct": (r_high - 1) * 100,
         "p_greater": p_up, "p_less": p_down, "p_greater_adj": q_up, "p_less_adj": q_down,
         "floor_pct": [None if f is None else f * 100 for f in floors],
-        "floor_from": [None if f is None else floor_from for f in floors],
+        "floor_from": [None if f is None else floor_from + (", no peer nodes" if lo and
+                                                            k_runs < 2 else "")
+                       for f, lo in zip(floors, lone, strict=True)],
         "run_spread_pct": (spread - 1) * 100,
         "share_pct": share * 100, "n_base": [nb] * len(keys), "n_new": [nn] * len(keys),
         "verdict": verdicts,

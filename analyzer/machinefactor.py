@@ -18,10 +18,17 @@ import numpy as np
 import polars as pl
 
 BY_SIZE = True  # False: every metric divided by the one machine-wide factor (as before)
-# True: each metric's classes measured without its own nodes (so a scope holding most nodes
-# of a class cannot set that class's factor). Tried and rejected: on held-out sessions it
-# tripled the MLP's false alarms (41/300 against 13/300 with one factor; docs/ci.md).
-LEAVE_OUT = False
+# A scope's own nodes do not set the factor they are divided by: each of its nodes is
+# divided by the median ratio of the *other* nodes of its log2 bin (at least
+# LEAVE_OUT_MIN of them; else its class's factor). Without this a scope holding most nodes
+# of its size classes (the MLP's train/gradients: 5 of the 8 nodes of 64-128 us) moves
+# those factors with it and a 2x regression there is divided out (docs/ci.md, issue 11).
+# "class": the same within the merged classes (rejected: a class merged across sizes
+# mixes nodes whose speed moves differently, 64-128 us MatMuls with 8-32 us ops); None:
+# every node by its class's factor; "merged": every metric's classes merged again from
+# the other nodes (rejected: tripled the MLP's false alarms on held-out sessions).
+LEAVE_OUT: str | None = "op"
+LEAVE_OUT_MIN = 3  # other nodes of the bin needed: at >= 64 us three agree within 3%
 BIN_MIN_NODES = 8  # fewer nodes in a log2 class: merged with the next larger class
 BIN_OUTLIER = 1.5  # nodes this far from the class's first estimate changed locally
 MIN_US = 1.0  # the trace's resolution: nodes below it carry no timing
@@ -66,13 +73,15 @@ def _at_speed(b: np.ndarray, new: np.ndarray, classes: tuple[np.ndarray, np.ndar
 
 
 def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
-                   new_nm: pl.DataFrame, fallback: float) -> np.ndarray:
+                   new_nm: pl.DataFrame, fallback: float) -> tuple[np.ndarray, np.ndarray]:
     """One factor per (kind, name) metric from the classes of the nodes timed in both runs
     (LEAVE_OUT: without the metric's own nodes): scope, the nodes under it; op type, its
     nodes when both sides know node op types (else as op time); op time, every node.
     Step time, and every metric when BY_SIZE is off or nodes are too few: `fallback`
-    (the machine-wide factor)."""
+    (the machine-wide factor). Second array: the share of each scope's new time whose
+    factor came from its peers (other nodes of the same kernel and size; 0 elsewhere)."""
     out = np.full(len(keys), fallback, dtype=float)
+    no_peers = np.zeros(len(keys))
     by_op = "op_type" in base_nm.columns and "op_type" in new_nm.columns
     nodes = (new_nm.select(["name", "median_us"] + (["op_type"] if by_op else []))
              .rename({"median_us": "new_us"})
@@ -80,29 +89,38 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
              .filter((pl.col("base_us") >= MIN_US) & (pl.col("new_us") >= MIN_US))
              .sort("base_us", "name"))
     if not BY_SIZE or nodes.height < BIN_MIN_NODES:
-        return out
+        return out, no_peers
     b, new = nodes["base_us"].to_numpy(), nodes["new_us"].to_numpy()
     every = class_factors(b, new / b)
-    if LEAVE_OUT:
-        return _left_out_factors(keys, nodes, every, fallback, by_op)
+    if LEAVE_OUT == "merged":
+        return _left_out_factors(keys, nodes, every, fallback, by_op), no_peers
     uppers, factors = every  # type: ignore[misc]  # not None: enough nodes (above)
     cls = np.minimum(np.searchsorted(uppers, b, side="right"), len(uppers) - 1)
     # Each node's new median and what it would be at its class's base speed; a metric's
     # factor is the ratio of their sums over the metric's nodes.
-    nodes = nodes.with_columns(at_base=pl.Series(new / factors[cls]))
+    nodes = nodes.with_columns(
+        at_base=pl.Series(new / factors[cls]), ratio=pl.Series(new / b),
+        group=pl.Series(cls if LEAVE_OUT == "class" else np.floor(np.log2(b)).astype(int)))
+    if LEAVE_OUT == "op" and by_op:  # the same kernel at the same size elsewhere
+        nodes = nodes.with_columns(group=pl.format("{}:{}", "group", "op_type"))
     parts = pl.col("name").str.split("/")
     scopes = (nodes.filter(parts.list.len() > 1)
               .with_columns(level=pl.int_ranges(1, parts.list.len())).explode("level")
               .select(kind=pl.lit("scope"),
                       metric=pl.col("name").str.split("/").list.head(pl.col("level"))
-                      .list.join("/"), new_us="new_us", at_base="at_base"))
+                      .list.join("/"), name="name", group="group", new_us="new_us",
+                      at_base="at_base", peer_us=pl.lit(0.0)))
+    if LEAVE_OUT in ("bin", "class", "op"):
+        scopes = _scopes_left_out(scopes, nodes)
+    scopes = scopes.select("kind", "metric", "new_us", "at_base", "peer_us")
     groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"),
-                                   new_us="new_us", at_base="at_base")]
+                                   new_us="new_us", at_base="at_base", peer_us=pl.lit(0.0))]
     if by_op:
         groups.append(nodes.select(kind=pl.lit("op"), metric="op_type", new_us="new_us",
-                                   at_base="at_base"))
+                                   at_base="at_base", peer_us=pl.lit(0.0)))
     sums = (pl.concat(groups).group_by("kind", "metric")
-            .agg(f=pl.col("new_us").sum() / pl.col("at_base").sum()))
+            .agg(f=pl.col("new_us").sum() / pl.col("at_base").sum(),
+                 peers=pl.col("peer_us").sum() / pl.col("new_us").sum()))
     wanted = pl.DataFrame({"kind": [k for k, _ in keys], "metric": [n for _, n in keys]},
                           schema={"kind": pl.String, "metric": pl.String})
     if not by_op:  # op types without node op types: op time's factor
@@ -110,9 +128,35 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
                                      .then(pl.lit("op time")).otherwise("metric"),
                                      kind=pl.when(pl.col("kind") == "op").then(pl.lit("step"))
                                      .otherwise("kind"))
-    f = wanted.join(sums, on=["kind", "metric"], how="left", maintain_order="left")["f"]
-    got = f.to_numpy().astype(float)
-    return np.where(np.isfinite(got) & (got > 0), got, fallback)
+    found = wanted.join(sums, on=["kind", "metric"], how="left", maintain_order="left")
+    got = found["f"].to_numpy().astype(float)
+    peers = np.nan_to_num(found["peers"].to_numpy().astype(float))
+    return np.where(np.isfinite(got) & (got > 0), got, fallback), peers
+
+
+def _scopes_left_out(scopes: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """Each scope's nodes at the speed of the other nodes of their group (log2 bin), where
+    the group has at least LEAVE_OUT_MIN others; elsewhere at their class's speed.
+    The factor is _ratio_median's, per (scope, group), over the group's other nodes."""
+    keys = ["metric", "group"]
+    touched = (scopes.group_by(keys).agg(inside=pl.len())
+               .join(nodes.group_by("group").agg(every=pl.len()), on="group")
+               .filter(pl.col("every") - pl.col("inside") >= LEAVE_OUT_MIN))
+    others = (touched.select(keys).join(nodes.select("group", "name", "ratio"), on="group")
+              .join(scopes.select("metric", "name"), on=["metric", "name"], how="anti"))
+    first = others.group_by(keys).agg(first=pl.col("ratio").median())
+    near = pl.col("ratio") / pl.col("first")
+    steady = (others.join(first, on=keys)
+              .filter((near >= 1 / BIN_OUTLIER) & (near <= BIN_OUTLIER))
+              .group_by(keys).agg(steady=pl.col("ratio").median(), n=pl.len()))
+    factor = first.join(steady, on=keys, how="left").select(
+        *keys, f=pl.when(pl.col("n") >= BIN_MIN_NODES // 2).then("steady")
+        .otherwise("first"))
+    peer = pl.col("f").is_not_null()
+    return (scopes.join(factor, on=keys, how="left")
+            .with_columns(at_base=pl.when(peer).then(pl.col("new_us") / pl.col("f"))
+                          .otherwise("at_base"),
+                          peer_us=pl.when(peer).then("new_us").otherwise(0.0)))
 
 
 def _left_out_factors(keys: list[tuple[str, str]], nodes: pl.DataFrame,
@@ -141,3 +185,4 @@ def _left_out_factors(keys: list[tuple[str, str]], nodes: pl.DataFrame,
         elif name != "step time":
             out[i] = all_nodes
     return out
+

@@ -436,12 +436,17 @@ def main() -> None:
                     help="scope/op type floor minimums to try, %% (--tune)")
     ap.add_argument("--one-factor", action="store_true",
                     help="one machine factor per run (analyzer.machinefactor.BY_SIZE off)")
-    ap.add_argument("--leave-out", action="store_true", help="per-class factors without "
-                    "the metric's own nodes (machinefactor.LEAVE_OUT; rejected)")
+    ap.add_argument("--leave-out", default="op", choices=["op", "none", "bin", "class", "merged"],
+                    help="how a scope's own nodes are kept out of its factor "
+                         "(machinefactor.LEAVE_OUT): op (shipped: peers of the same op type "
+                         "and log2 bin), none (every node by its class's factor, every "
+                         "scope of >= 3%% at the 60%% floor: as before), bin / class / "
+                         "merged (rejected variants)")
     args = ap.parse_args()
     started = time.monotonic()
     import runlens.analyzer.machinefactor as mf
-    mf.BY_SIZE, mf.LEAVE_OUT = not args.one_factor, args.leave_out
+    mf.BY_SIZE = not args.one_factor
+    mf.LEAVE_OUT = None if args.leave_out == "none" else args.leave_out
     print(f"machine factor per node-duration class {mf.BY_SIZE}, leave-out {mf.LEAVE_OUT}")
     if args.sessions:
         run_sessions(args)

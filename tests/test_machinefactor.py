@@ -68,3 +68,65 @@ def test_off_means_one_factor_and_no_normalize_means_none(pair, monkeypatch):
     ratios = (one.rows.filter(pl.col("base_median_us") > 0)
               .select(f=pl.col("new_median_us") / pl.col("norm_median_us"))["f"].drop_nans())
     assert ratios.to_numpy() == pytest.approx(one.factor, rel=1e-9)
+
+
+def _slower(s, scope: str, times: float):
+    """`scope` `times` slower in every step, as a real regression would be: its per-step
+    time, its ancestors', op time's and step time's grow by the added time, and its nodes'
+    medians move with it (what the machine factor sees)."""
+    from runlens.analyzer.compare import Samples
+
+    parts = scope.split("/")
+    ancestors = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    is_scope = (pl.col("kind") == "scope") & (pl.col("name") == scope)
+    added = s.samples.filter(is_scope).select("sample",
+                                              added=pl.col("value_us") * (times - 1))
+    hit = (pl.col("kind") == "step") | ((pl.col("kind") == "scope")
+                                        & pl.col("name").is_in(ancestors))
+    samples = s.samples.join(added, on="sample", how="left").with_columns(
+        value_us=pl.col("value_us") + pl.when(hit).then("added").otherwise(0.0)).drop("added")
+    medians = s.node_medians.with_columns(median_us=pl.col("median_us") * pl.when(
+        pl.col("name").str.starts_with(scope + "/")).then(times).otherwise(1.0))
+    return Samples(s.source, samples, medians, s.scope_depth, s.meta)
+
+
+def _factor(result, scope: str) -> float:
+    row = result.rows.filter((pl.col("kind") == "scope") & (pl.col("name") == scope))
+    return row["new_median_us"][0] / row["norm_median_us"][0]
+
+
+def test_a_scope_holding_its_size_classes_is_divided_by_its_peers_not_by_itself(
+        pair, monkeypatch):
+    """`gradients` holds most nodes of each size class: made 2x slower, those classes'
+    factors move with it and the regression was divided out (+6%). Divided by its peers
+    (the forward nodes of the same kernel and size) it stays +88%; both numbers shown."""
+    base, new = pair
+    scope = "gradients"
+    slow = _slower(new, scope, 2.0)
+
+    def effect(result) -> float:
+        return result.rows.filter(pl.col("name") == scope)["effect_pct"][0]
+
+    untouched, by_peers = compare(base, new), compare(base, slow)
+    monkeypatch.setattr(machinefactor, "LEAVE_OUT", None)
+    own_untouched, by_own_class = compare(base, new), compare(base, slow)
+    # Its own classes' factors doubled with the regression; its peers' barely moved.
+    assert _factor(by_own_class, scope) > 1.5 * _factor(own_untouched, scope)
+    assert _factor(by_peers, scope) < 1.25 * _factor(untouched, scope)
+    assert effect(by_own_class) < 20 and effect(by_peers) > 80, (effect(by_own_class),
+                                                                   effect(by_peers))
+    assert scope in by_peers.regressions["name"].to_list()
+
+
+def test_a_scope_without_peers_keeps_the_class_floor(tf):
+    """GradientDescent is every ResourceApplyGradientDescent node: no peer of the same kernel
+    outside it, so its factor is its own class's (which a regression there moves too) and
+    its floor stays at SCOPE_FLOOR_NO_PEERS; a block's MLP gradient has its MatMul peers in
+    the other blocks and gets the lower floor."""
+    from runlens.analyzer import compare as gate
+
+    rows = compare(tf["tf_base_c"], tf["tf_base_a"]).rows.filter(pl.col("kind") == "scope")
+    floor = dict(zip(rows["name"].to_list(), rows["floor_pct"].to_list(), strict=True))
+    assert floor["GradientDescent"] == pytest.approx(gate.SCOPE_FLOOR_NO_PEERS * 100)
+    assert floor["gradients/block3/mlp"] == pytest.approx(gate.SCOPE_FLOORS[1][1] * 100)
+    assert gate.SCOPE_FLOORS[1][1] < gate.SCOPE_FLOOR_NO_PEERS
