@@ -386,8 +386,9 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     samples of step time, op time, op types and name scopes are compared with exact
     one-sided Mann-Whitney U tests (step time and op time on their own; scopes and op
     types under Benjamini-Hochberg); a regression must be significant and its change
-    (Hodges-Lehmann, after dividing out machine speed per node-size class) above an
-    effect-size floor measured between separate runs (docs/ci.md) with 95% confidence.
+    (Hodges-Lehmann, after dividing out machine speed per node-size class, each scope's
+    nodes by the same kernels of their size outside it) above an effect-size floor
+    measured between separate runs (docs/ci.md) with 95% confidence.
     Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
     input.
 

@@ -225,8 +225,9 @@ def candidates(result, target: str | None | bool) -> list[tuple]:
 
 def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple[str, str]],
                 k: int, n: int, rng: random.Random, same: int, per_scope: int, step: int,
-                record: list | None = None, label: str = "") -> list[dict]:
-    """Base: k runs of one session (n steps each); new: one run of another session.
+                record: list | None = None, label: str = "", new_k: int = 1) -> list[dict]:
+    """Base: k runs of one session (n steps each); new: `new_k` runs of another session
+    (n steps each, pooled as `analyze compare` pools a baseline file of several runs).
     `pairs` are the (base session, new session) pairs to draw from."""
     from runlens.analyzer.baseruns import merge_runs
 
@@ -250,6 +251,9 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
             a, b = rng.choice(pairs)
             picks = rng.sample(sessions[a], k)
         base = merge_runs([subset(r, n, rng) for r in picks])
+        if new_k > 1:
+            new_runs = rng.sample(sessions[b], new_k)
+            return base, merge_runs([subset(r, n, rng) for r in new_runs]), new_runs[0]
         new_run = rng.choice(sessions[b])
         return base, subset(new_run, n, rng), new_run
 
@@ -373,7 +377,8 @@ def run_sessions(args) -> None:
                     rng = random.Random(SEED + 1000 * k + n)
                     results += multi_study(name, sessions, pairs, k, n, rng, args.same,
                                            args.per_scope, args.step_draws,
-                                           record if args.tune else None, label)
+                                           record if args.tune else None, label,
+                                           args.new_k)
     if args.tune:
         import pickle
 
@@ -423,6 +428,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 4],
                     help="base runs per comparison")
+    ap.add_argument("--new-k", type=int, default=1,
+                    help="new runs per comparison (pooled, as a baseline file of several "
+                         "runs passed as NEW)")
     ap.add_argument("--same", type=int, default=240, help="same-config draws")
     ap.add_argument("--per-scope", type=int, default=10,
                     help="draws per scope of >= 5%% made 2x slower")
