@@ -365,6 +365,10 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
               help="Do not divide out machine speed (the per node-size class factors), "
                    "and let the wall step time fail the build too (use on dedicated "
                    "machines).")
+@click.option("--new-runs", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="N", help="The last N paths are new runs (separate processes of the "
+                                "new code), pooled; 3 make a slow process on either side "
+                                "far less likely to fail the build (docs/ci.md).")
 @click.option("--format", "fmt", type=click.Choice(list(formats.COMPARE)),
               default="text", show_default=True,
               help="Report format; html: one self-contained page (use -o).")
@@ -375,14 +379,15 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
 @handle_errors
 def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
             keep_outliers: bool,
-            step_range: str | None, by: str, scope_depth: int, no_normalize: bool, fmt: str,
-            output: str | None, no_cache: bool) -> None:
+            step_range: str | None, by: str, scope_depth: int, no_normalize: bool,
+            new_runs: int, fmt: str, output: str | None, no_cache: bool) -> None:
     """Compare NEW against BASE and fail (exit 1) on a regression.
 
     BASE is a run dir or a baseline file (`analyze baseline save`), or several of them:
     with 2 or more base runs (separate processes of the same code, 3 or more recommended)
     a scope's effect-size floor comes from how far the base runs' own medians spread
-    instead of a floor per size class. NEW is a run dir or a baseline file. Per-step
+    instead of a floor per size class. NEW is a run dir or a baseline file, or with
+    --new-runs N the last N paths, pooled (3 recommended as well). Per-step
     samples of step time, op time, op types and name scopes are compared with exact
     one-sided Mann-Whitney U tests (step time and op time on their own; scopes and op
     types under Benjamini-Hochberg); a regression must be significant and its change
@@ -397,12 +402,18 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
       analyze compare fixtures/compare/base_a fixtures/compare/slow_dense2
       analyze compare baseline.json runs/new --format junit -o runlens.xml
       analyze compare runs/main_1 runs/main_2 runs/main_3 runs/pr
+      analyze compare main.json runs/pr_1 runs/pr_2 runs/pr_3 --new-runs 3
     """
     from runlens.analyzer.compare import compare as run_compare
     from runlens.analyzer.render.compare import RENDERERS
 
-    base_samples = _base_samples(base, no_cache, scope_depth, step_range)
-    new_samples = _samples(new, no_cache, scope_depth, step_range)
+    paths = (*base, new)
+    if new_runs >= len(paths):
+        raise click.UsageError(f"--new-runs {new_runs} leaves no BASE: give at least one "
+                               "base run before the new runs")
+    base_samples = _base_samples(paths[:-new_runs], no_cache, scope_depth, step_range)
+    new_samples = (_base_samples(paths[-new_runs:], no_cache, scope_depth, step_range)
+                   if new_runs > 1 else _samples(new, no_cache, scope_depth, step_range))
     result = run_compare(base_samples, new_samples, threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
                          keep_outliers=keep_outliers)

@@ -51,8 +51,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except BrokenPipeError:
             sys.stderr.close()  # `analyze ... | head`: the reader left, nothing to report
             sys.exit(0)
-        except (SystemExit, GeneratorExit):
-            raise
+        except (SystemExit, GeneratorExit, click.ClickException):
+            raise  # a usage problem found in the command: click's own message, exit 2
         except BaseException as e:  # noqa: BLE001 - see the docstring
             if os.environ.get("RUNLENS_DEBUG"):
                 raise

@@ -157,3 +157,31 @@ def test_base_runs_of_different_scope_depths_are_refused(tmp_path):
     out = run_cli(["compare", path, COMPARE / "tf_base_b", COMPARE / "tf_base_c",
                    "--no-cache"], expect_exit=2).output
     assert len(out.strip().splitlines()) == 1 and "depth" in out
+
+
+def test_several_new_runs_are_pooled_and_a_slow_process_among_them_does_not_fail(tf, tmp_path):
+    """--new-runs N: the last N paths are new runs, pooled like a baseline file of several
+    runs passed as NEW. tf_base_a (the process that ran every optimizer update 3x slower)
+    pooled with tf_base_c against tf_base_b: a median over both processes' steps, exit 0
+    (docs/ci.md: with 3 new runs the false alarms of the study went to 0-2/300)."""
+    pooled = compare(tf["tf_base_b"], merge_runs([tf["tf_base_c"], tf["tf_base_a"]]))
+    assert pooled.regressions.height == 0
+    out = run_cli(["compare", *_dirs("tf_base_b", "tf_base_c", "tf_base_a"), "--new-runs",
+                   "2", "--no-cache", "--format", "json"], expect_exit=0).stdout
+    report = json.loads(out)
+    assert report["new"].startswith("2 runs"), report["new"]
+    # The same as a baseline file of the two new runs passed as NEW.
+    new_file = tmp_path / "new.json"
+    run_cli(["baseline", "save", *_dirs("tf_base_c", "tf_base_a"), "-o", new_file,
+             "--no-cache"], expect_exit=0)
+    as_file = json.loads(run_cli(["compare", COMPARE / "tf_base_b", new_file, "--format",
+                                  "json"], expect_exit=0).stdout)
+    assert [r["name"] for r in as_file["metrics"]] == [r["name"] for r in report["metrics"]]
+    assert [r["effect_pct"] for r in as_file["metrics"]] == [
+        r["effect_pct"] for r in report["metrics"]]
+
+
+def test_new_runs_must_leave_a_base():
+    out = run_cli(["compare", *_dirs("tf_base_b", "tf_base_c"), "--new-runs", "2"],
+                  expect_exit=2).output
+    assert "leaves no BASE" in out
