@@ -9,7 +9,9 @@ until each holds BIN_MIN_NODES nodes); each class's factor is the median new/bas
 its nodes (robust: a real regression touches few nodes of each class). A metric's factor
 is what its nodes' new medians would be at base speed: sum(new) / sum(new / class factor)
 over the metric's nodes, so a scope of tiny ops is divided by the tiny ops' factor and a
-scope of MatMuls by theirs.
+scope of MatMuls by theirs. A scope's nodes are divided by their peers' speed instead
+(the same kernel and size outside the scope, LEAVE_OUT), so its own regression cannot
+set the factor it is divided by.
 """
 
 from __future__ import annotations
@@ -18,17 +20,18 @@ import numpy as np
 import polars as pl
 
 BY_SIZE = True  # False: every metric divided by the one machine-wide factor (as before)
-# A scope's own nodes do not set the factor they are divided by: each of its nodes is
-# divided by the median ratio of the *other* nodes of its log2 bin (at least
-# LEAVE_OUT_MIN of them; else its class's factor). Without this a scope holding most nodes
-# of its size classes (the MLP's train/gradients: 5 of the 8 nodes of 64-128 us) moves
-# those factors with it and a 2x regression there is divided out (docs/ci.md, issue 11).
-# "class": the same within the merged classes (rejected: a class merged across sizes
-# mixes nodes whose speed moves differently, 64-128 us MatMuls with 8-32 us ops); None:
-# every node by its class's factor; "merged": every metric's classes merged again from
-# the other nodes (rejected: tripled the MLP's false alarms on held-out sessions).
+# A scope's own nodes do not set the factor they are divided by: "op" (shipped) divides
+# each by the median ratio of its peers, the other nodes of the same op type and log2 bin
+# outside the scope (at least LEAVE_OUT_MIN; else its class's factor). Without this a
+# scope holding most nodes of its size classes (the MLP's train/gradients: 5 of the 8
+# nodes of 64-128 us) moves those factors with it and a 2x regression there is divided
+# out (docs/ci.md, "A scope against its peers"). Rejected, kept for the study script:
+# "bin" (peers of any op type: a process that ran one kernel 3x slower, tf_base_a's
+# optimizer updates, was then called a regression), "class" (within the merged classes,
+# which mix sizes whose speed moves differently), "merged" (every metric's classes merged
+# again from the other nodes: tripled the MLP's false alarms). None: class factors only.
 LEAVE_OUT: str | None = "op"
-LEAVE_OUT_MIN = 3  # other nodes of the bin needed: at >= 64 us three agree within 3%
+LEAVE_OUT_MIN = 3  # peers needed: at >= 64 us three agree within 3%
 BIN_MIN_NODES = 8  # fewer nodes in a log2 class: merged with the next larger class
 BIN_OUTLIER = 1.5  # nodes this far from the class's first estimate changed locally
 MIN_US = 1.0  # the trace's resolution: nodes below it carry no timing
@@ -75,7 +78,8 @@ def _at_speed(b: np.ndarray, new: np.ndarray, classes: tuple[np.ndarray, np.ndar
 def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
                    new_nm: pl.DataFrame, fallback: float) -> tuple[np.ndarray, np.ndarray]:
     """One factor per (kind, name) metric from the classes of the nodes timed in both runs
-    (LEAVE_OUT: without the metric's own nodes): scope, the nodes under it; op type, its
+    (a scope's nodes by their peers where they have them, LEAVE_OUT): scope, the nodes
+    under it; op type, its
     nodes when both sides know node op types (else as op time); op time, every node.
     Step time, and every metric when BY_SIZE is off or nodes are too few: `fallback`
     (the machine-wide factor). Second array: the share of each scope's new time whose
@@ -135,8 +139,9 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
 
 
 def _scopes_left_out(scopes: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
-    """Each scope's nodes at the speed of the other nodes of their group (log2 bin), where
-    the group has at least LEAVE_OUT_MIN others; elsewhere at their class's speed.
+    """Each scope's nodes at the speed of the other nodes of their group (op type and log2
+    bin for LEAVE_OUT "op"), where the group has at least LEAVE_OUT_MIN others (the
+    peers; `peer_us` counts that time); elsewhere at their class's speed.
     The factor is _ratio_median's, per (scope, group), over the group's other nodes."""
     keys = ["metric", "group"]
     touched = (scopes.group_by(keys).agg(inside=pl.len())
