@@ -130,3 +130,17 @@ def test_a_scope_without_peers_keeps_the_class_floor(tf):
     assert floor["GradientDescent"] == pytest.approx(gate.SCOPE_FLOOR_NO_PEERS * 100)
     assert floor["gradients/block3/mlp"] == pytest.approx(gate.SCOPE_FLOORS[1][1] * 100)
     assert gate.SCOPE_FLOORS[1][1] < gate.SCOPE_FLOOR_NO_PEERS
+
+
+def test_several_new_runs_all_slower_in_one_scope_are_caught(tf):
+    """--new-runs pools the new processes' steps: when every new process has the
+    regression (here gradients/block3/mlp made 3x slower in tf_base_c and tf_base_a,
+    the process with slow optimizer updates), it is called, and named first."""
+    from runlens.analyzer.baseruns import merge_runs
+
+    scope = "gradients/block3/mlp"
+    new = merge_runs([_slower(tf[n], scope, 3.0) for n in ("tf_base_c", "tf_base_a")])
+    result = compare(tf["tf_base_b"], new)
+    assert result.regressions["name"][0] == scope, result.regressions["name"].to_list()
+    assert compare(tf["tf_base_b"], merge_runs([tf["tf_base_c"], tf["tf_base_a"]])
+                   ).regressions.height == 0
