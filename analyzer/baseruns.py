@@ -11,6 +11,7 @@ metric's effect-size floor (docs/ci.md, "A baseline of several runs").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,18 @@ def run_sources(s: Any) -> list[str]:
 
 def n_runs(s: Any) -> int:
     return max(1, len(run_sources(s)))
+
+
+def step_label(s: Any, sample: str) -> str:
+    """A sample id as a reader knows it: run i's "i#worker:0/7" of several runs becomes
+    "<run dir name> worker:0/7"; one run's ids stay as they are."""
+    sources = run_sources(s)
+    head, sep, rest = sample.partition(RUN_SEP)
+    if not sep or not head.isdigit() or len(sources) < 2:
+        return sample
+    index = int(head)
+    name = Path(sources[index]).name if index < len(sources) else f"run {index}"
+    return f"{name} {rest}"
 
 
 def run_index(sample: pl.Expr) -> pl.Expr:

@@ -30,6 +30,7 @@ from runlens.analyzer.baseruns import (
     run_floors,
     run_index,
     run_spread,
+    step_label,
 )
 from runlens.analyzer.errors import InputFileError, RunDirError
 from runlens.analyzer.machinefactor import metric_factors
@@ -295,12 +296,14 @@ def _outliers(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples
         flags = warmup_steps(s)
         gone = flags.filter("left_out")["sample"].to_list()
         flagged = flags.filter(pl.col("warmup") | pl.col("outlier"))["sample"].to_list()
-        if gone and not keep:
-            excluded[side] = gone
-            s = drop_samples(s, gone)
-        kept = [x for x in flagged if x not in excluded.get(side, [])]
+        dropped = gone if gone and not keep else []
+        if dropped:
+            excluded[side] = [step_label(s, x) for x in dropped]
+        kept = [step_label(s, x) for x in flagged if x not in dropped]
         if kept:
             outliers[side] = kept
+        if dropped:
+            s = drop_samples(s, dropped)
         out.append(s)
     return out[0], out[1], excluded, outliers
 

@@ -179,3 +179,21 @@ def test_compare_adapter_uses_confidence_intervals_when_present():
     bare = metric_row({**row, "effect_pct": None, "effect_low_pct": None,
                        "effect_high_pct": None})
     assert bare["ci_pct"] is None and bare["change_pct"] == round(row["norm_change_pct"], 2)
+
+
+def test_compare_page_p_values_and_left_out_steps_read_as_the_text_report(tmp_path):
+    """Tiny p-values keep 3 significant digits (they were rounded to 6 decimals: "0"), and
+    a step left out of one of several base runs is named by its run dir, not by the
+    internal sample id ("0#worker:0/7")."""
+    out = tmp_path / "c.html"
+    args = ["compare", COMPARE / "tf_base_b", COMPARE / "tf_base_c", COMPARE / "tf_wide_block3"]
+    run_cli([*args, "--format", "html", "-o", out], expect_exit=1)
+    data = page_data(out.read_text(encoding="utf-8"))
+    cli = json.loads(run_cli([*args, "--format", "json"], expect_exit=1).stdout)
+    by_name = {m["name"]: m["p_value"] for m in cli["metrics"]}
+    regressions = [m for m in data["moved"] if m["verdict"] == "regression"]
+    assert regressions and all(0 < m["p_value"] < 1e-3 for m in regressions)
+    assert all(m["p_value"] == by_name[m["name"]] for m in regressions)
+    left_out = [s for steps in data["excluded"].values() for s in steps]
+    assert left_out and all("#" not in s for s in left_out), left_out
+    assert all(s.split()[0] in ("tf_base_b", "tf_base_c", "tf_wide_block3") for s in left_out)

@@ -16,7 +16,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from runlens.analyzer.compare import Comparison
-from runlens.analyzer.render.units import fmt_us
+from runlens.analyzer.render.units import fmt_us, p_value3
 
 SCHEMA = 2
 KIND_LABEL = {"step": "step", "op": "op type", "scope": "scope"}
@@ -34,12 +34,6 @@ def _num(value: Any, digits: int = 1) -> Any:
     return round(f, digits) if digits is not None else f
 
 
-def _sig(value: Any) -> Any:
-    """A p-value to 3 significant digits (p-values go down to 1e-17)."""
-    v = _num(value, None)  # type: ignore[arg-type]
-    return None if v is None else float(f"{v:.3g}")
-
-
 def _records(c: Comparison) -> list[dict[str, Any]]:
     out = []
     for r in c.rows.iter_rows(named=True):
@@ -55,8 +49,8 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
             "effect_ci95_pct": [_num(r["effect_low_pct"]), _num(r["effect_high_pct"])],
             "floor_pct": _num(r["floor_pct"]), "floor_from": r.get("floor_from"),
             "share_of_step_pct": _num(r["share_pct"]),
-            "p_value": _sig(r["p_less_adj"] if down else r["p_greater_adj"]),
-            "p_raw": _sig(r["p_less"] if down else r["p_greater"]),
+            "p_value": p_value3(r["p_less_adj"] if down else r["p_greater_adj"]),
+            "p_raw": p_value3(r["p_less"] if down else r["p_greater"]),
             "p_adjustment": p_kind,
             "n_base": r["n_base"], "n_new": r["n_new"],
         })

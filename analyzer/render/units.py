@@ -3,6 +3,8 @@ prints them), counts with k/M/G; never scientific notation."""
 
 from __future__ import annotations
 
+import math
+
 
 def fmt_us(us: float) -> str:
     if abs(us) >= 1_000_000:
@@ -42,3 +44,11 @@ def lacks_by_reason(lacks: dict[str, str]) -> dict[str, list[str]]:
     for what, why in lacks.items():
         out.setdefault(why, []).append(what)
     return out
+
+
+def p_value3(value: float | None) -> float | None:
+    """A p-value to 3 significant digits (they go down to 1e-17: never round to decimals);
+    None for a missing or non-finite value."""
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return float(f"{float(value):.3g}")

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from runlens.analyzer.compare import Comparison, Samples
+from runlens.analyzer.render.units import p_value3
 
 MOVED = ("regression", "improvement", "new", "vanished")
 STEP_TIME = "step time"  # the step-level metric drawn as distributions
@@ -43,7 +44,7 @@ def metric_row(r: dict[str, Any]) -> dict[str, Any]:
         "change_pct": _num(change, 2), "raw_change_pct": _num(r.get("change_pct"), 2),
         "ci_pct": ([_num(low, 2), _num(high, 2)]
                    if _num(low) is not None and _num(high) is not None else None),
-        "p_value": _num(p, 6),
+        "p_value": p_value3(p),
         "delta_us": _num(r.get("delta_us")),
     }
 
