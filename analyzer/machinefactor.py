@@ -114,7 +114,9 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
                       metric=pl.col("name").str.split("/").list.head(pl.col("level"))
                       .list.join("/"), name="name", group="group", new_us="new_us",
                       at_base="at_base", peer_us=pl.lit(0.0)))
-    if LEAVE_OUT in ("bin", "class", "op"):
+    # Without node op types there are no peers of the same kernel ("bin" was rejected):
+    # every node keeps its class's factor, as before peers.
+    if LEAVE_OUT in ("bin", "class") or (LEAVE_OUT == "op" and by_op):
         scopes = _scopes_left_out(scopes, nodes)
     scopes = scopes.select("kind", "metric", "new_us", "at_base", "peer_us")
     groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"),

@@ -144,3 +144,16 @@ def test_several_new_runs_all_slower_in_one_scope_are_caught(tf):
     assert result.regressions["name"][0] == scope, result.regressions["name"].to_list()
     assert compare(tf["tf_base_b"], merge_runs([tf["tf_base_c"], tf["tf_base_a"]])
                    ).regressions.height == 0
+
+
+def test_without_node_op_types_scopes_keep_their_class_factors(pair, monkeypatch):
+    """A source that does not know node op types has no peers of the same kernel: every
+    scope is divided by its classes, as with LEAVE_OUT off (peers of any kernel were
+    rejected), and every scope of >= 3% keeps the 60% floor."""
+    base, new = pair
+    keys = [("scope", "gradients"), ("scope", "GradientDescent"), ("step", "op time")]
+    bare_b, bare_n = base.node_medians.drop("op_type"), new.node_medians.drop("op_type")
+    f, peers = machinefactor.metric_factors(keys, bare_b, bare_n, 1.0)
+    monkeypatch.setattr(machinefactor, "LEAVE_OUT", None)
+    g, _ = machinefactor.metric_factors(keys, bare_b, bare_n, 1.0)
+    assert f.tolist() == g.tolist() and not peers.any()
