@@ -79,8 +79,8 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
                    new_nm: pl.DataFrame, fallback: float) -> tuple[np.ndarray, np.ndarray]:
     """One factor per (kind, name) metric from the classes of the nodes timed in both runs
     (a scope's nodes by their peers where they have them, LEAVE_OUT): scope, the nodes
-    under it; op type, its
-    nodes when both sides know node op types (else as op time); op time, every node.
+    under it; op type, its nodes when both sides know node op types (else as op time);
+    op time, every node.
     Step time, and every metric when BY_SIZE is off or nodes are too few: `fallback`
     (the machine-wide factor). Second array: the share of each scope's new time whose
     factor came from its peers (other nodes of the same kernel and size; 0 elsewhere)."""
@@ -102,10 +102,14 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
     cls = np.minimum(np.searchsorted(uppers, b, side="right"), len(uppers) - 1)
     # Each node's new median and what it would be at its class's base speed; a metric's
     # factor is the ratio of their sums over the metric's nodes.
+    # Peers: the same kernel at the same size elsewhere ("op"); without node op types
+    # there are none ("bin", peers of any kernel, was rejected) and every node keeps its
+    # class's factor, as before peers.
+    by_peers = LEAVE_OUT in ("bin", "class") or (LEAVE_OUT == "op" and by_op)
     nodes = nodes.with_columns(
         at_base=pl.Series(new / factors[cls]), ratio=pl.Series(new / b),
         group=pl.Series(cls if LEAVE_OUT == "class" else np.floor(np.log2(b)).astype(int)))
-    if LEAVE_OUT == "op" and by_op:  # the same kernel at the same size elsewhere
+    if LEAVE_OUT == "op" and by_op:
         nodes = nodes.with_columns(group=pl.format("{}:{}", "group", "op_type"))
     parts = pl.col("name").str.split("/")
     scopes = (nodes.filter(parts.list.len() > 1)
@@ -114,9 +118,7 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
                       metric=pl.col("name").str.split("/").list.head(pl.col("level"))
                       .list.join("/"), name="name", group="group", new_us="new_us",
                       at_base="at_base", peer_us=pl.lit(0.0)))
-    # Without node op types there are no peers of the same kernel ("bin" was rejected):
-    # every node keeps its class's factor, as before peers.
-    if LEAVE_OUT in ("bin", "class") or (LEAVE_OUT == "op" and by_op):
+    if by_peers:
         scopes = _scopes_left_out(scopes, nodes)
     scopes = scopes.select("kind", "metric", "new_us", "at_base", "peer_us")
     groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"),
@@ -192,4 +194,3 @@ def _left_out_factors(keys: list[tuple[str, str]], nodes: pl.DataFrame,
         elif name != "step time":
             out[i] = all_nodes
     return out
-

@@ -1,5 +1,6 @@
 """Human units for text output: time in us/ms/s, bytes in B/KB/MB/GB (decimal, as tfprof
-prints them), counts with k/M/G; never scientific notation."""
+prints them), counts with k/M/G; never scientific notation. Also p-values kept to 3
+significant digits for the reports' data (p_value3)."""
 
 from __future__ import annotations
 
