@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from runlens.analyzer.render import formats
-from runlens.cli_options import (
+from .analyzer.render import formats
+from .cli_options import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERNAL,
@@ -81,8 +81,8 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
     The statistics leave out warm-up and outlier steps (named, with why) unless
     --include-warmup."""
-    from runlens.analyzer.render.summary import RENDERERS
-    from runlens.analyzer.steps import summary as make_summary
+    from .analyzer.analysis.steps import summary as make_summary
+    from .analyzer.render.summary import RENDERERS
 
     steps = choice()
     run = load(run_dir, no_cache)
@@ -122,8 +122,8 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
       analyze advise runs/exp1 --format json --fail-on warning
       analyze advise runs/exp1 --select input-bound,RL103
     """
-    from runlens import checkers
-    from runlens.analyzer.render.findings import RENDERERS, checker_list
+    from . import checkers
+    from .analyzer.render.findings import RENDERERS, checker_list
 
     if list_checkers:
         click.echo(checker_list(checkers.all_checkers(), fmt), nl=False)
@@ -187,12 +187,12 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
       analyze timeline runs/exp1 --steps 100:200 --no-memory -o part.json
       analyze timeline runs/exp1 --per-step-dir traces/
     """
-    from runlens.analyzer.errors import RunlensError
-    from runlens.analyzer.graph import no_dataflow
-    from runlens.analyzer.render.chrome_trace import export, export_per_step
-    from runlens.analyzer.rundir import check_output, check_output_dir
-    from runlens.analyzer.stepselect import StepChoice
-    from runlens.analyzer.timeline import TimelineOptions, select_steps
+    from .analyzer.analysis.graph import no_dataflow
+    from .analyzer.analysis.stepselect import StepChoice
+    from .analyzer.errors import RunlensError
+    from .analyzer.render.chrome_trace import export, export_per_step
+    from .analyzer.rundir import check_output, check_output_dir
+    from .analyzer.timeline import TimelineOptions, select_steps
 
     if sum([step is not None, step_range is not None, all_steps]) > 1:
         raise RunlensError("give only one of --step, --steps and --all-steps")
@@ -233,10 +233,10 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
-    from runlens.analyzer.render.units import lacks_by_reason
-    from runlens.analyzer.render.views import RENDERERS
-    from runlens.analyzer.stepselect import require_traced
-    from runlens.analyzer.views import VIEW_NEEDS, VIEWS, ViewOptions
+    from .analyzer.analysis.stepselect import require_traced
+    from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
+    from .analyzer.render.units import lacks_by_reason
+    from .analyzer.render.views import RENDERERS
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
@@ -281,11 +281,11 @@ def _view_command(kind: str, doc: str) -> None:
 
 
 def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
-    from runlens.analyzer.errors import RunlensError
-    from runlens.analyzer.graph import critical_path, no_dataflow
-    from runlens.analyzer.render.critical_path import RENDERERS
-    from runlens.analyzer.steps import median_step
-    from runlens.analyzer.stepselect import analysed, require_traced
+    from .analyzer.analysis.graph import critical_path, no_dataflow
+    from .analyzer.analysis.steps import median_step
+    from .analyzer.analysis.stepselect import analysed, require_traced
+    from .analyzer.errors import RunlensError
+    from .analyzer.render.critical_path import RENDERERS
 
     run = load(run_dir, no_cache)
     if step < 0:
@@ -322,8 +322,8 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
              ) -> Any:
     """A run dir (its steps in --steps A:B, every one of them flagged: the test leaves
     warm-up and outliers out itself) or a baseline file, as per-step samples."""
-    from runlens.analyzer.compare import is_baseline_file, load_baseline, samples_from_run
-    from runlens.analyzer.stepselect import StepChoice, analysed
+    from .analyzer.analysis.stepselect import StepChoice, analysed
+    from .analyzer.gate.compare import is_baseline_file, load_baseline, samples_from_run
 
     if is_baseline_file(Path(path)):
         return load_baseline(Path(path))
@@ -334,7 +334,7 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
 def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
                   step_range: str | None) -> Any:
     """One or several base runs (run dirs or baseline files), each run kept apart."""
-    from runlens.analyzer.baseruns import merge_runs
+    from .analyzer.gate.baseruns import merge_runs
 
     return merge_runs([_samples(p, no_cache, scope_depth, step_range) for p in paths])
 
@@ -404,8 +404,8 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
       analyze compare runs/main_1 runs/main_2 runs/main_3 runs/pr
       analyze compare main.json runs/pr_1 runs/pr_2 runs/pr_3 --new-runs 3
     """
-    from runlens.analyzer.compare import compare as run_compare
-    from runlens.analyzer.render.compare import RENDERERS
+    from .analyzer.gate.compare import compare as run_compare
+    from .analyzer.render.compare import RENDERERS
 
     paths = (*base, new)
     if new_runs >= len(paths):
@@ -420,7 +420,7 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
     if fmt == formats.COMPARE_PAGE:
-        from runlens.analyzer.report import compare_page
+        from .analyzer.report import compare_page
 
         emit(compare_page(result, base_samples, new_samples), output)
     else:
@@ -449,8 +449,8 @@ def report(path: str, output: str, no_cache: bool) -> None:
       analyze report fixtures/runs/cnn -o cnn.html
     """
 
-    from runlens import checkers
-    from runlens.analyzer.report import run_page
+    from . import checkers
+    from .analyzer.report import run_page
 
     run = load(path, no_cache)
     steps = choice()
@@ -486,8 +486,8 @@ def baseline_save(run_dirs: tuple[str, ...], output: str, scope_depth: int,
     are kept apart, and compare takes each metric's floor from their spread (docs/ci.md).
     """
 
-    from runlens.analyzer.compare import save_baseline
-    from runlens.analyzer.rundir import check_output
+    from .analyzer.gate.compare import save_baseline
+    from .analyzer.rundir import check_output
 
     target = check_output(output)
     samples = _base_samples(run_dirs, no_cache, scope_depth, step_range)

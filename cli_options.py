@@ -1,6 +1,6 @@
 """The command line's shared parts (cli.py holds the commands): error mapping, progress,
 loading a PATH with the options every command shares, the views' flags (generated from
-analyzer/view_options.py's FLAGS) and writing an output file.
+analyzer/analysis/view_options.py's FLAGS) and writing an output file.
 
 Only click and light engine modules (names, no polars) are imported at the top, so that
 `analyze --help` starts fast.
@@ -40,7 +40,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from runlens.analyzer.errors import RunlensError
+        from .analyzer.errors import RunlensError
 
         try:
             return fn(*args, **kwargs)
@@ -88,7 +88,7 @@ class Progress:
 
 
 def load(run_dir: str, no_cache: bool) -> Any:
-    from runlens.analyzer.load import load_run
+    from .analyzer.load import load_run
 
     ctx = click.get_current_context(silent=True)
     source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
@@ -127,7 +127,7 @@ def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _selection(ctx: click.Context | None) -> Any:
     """What the user picked among what PATH holds (flags that load() reads from the context)."""
-    from runlens.analyzer.sources import Selection
+    from .analyzer.sources import Selection
 
     if ctx is None:
         return Selection()
@@ -163,7 +163,7 @@ def _remember_steps(ctx: click.Context, param: click.Parameter, value: Any) -> N
 
 def step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--steps A:B and --include-warmup, which choice() reads from the context: the steps
-    averages, checks and statistics cover (analyzer.stepselect)."""
+    averages, checks and statistics cover (analyzer.analysis.stepselect)."""
     fn = click.option("--include-warmup", is_flag=True, expose_value=False,
                       callback=_remember_steps,
                       help="Keep warm-up and outlier steps (left out of averages, checks "
@@ -176,7 +176,7 @@ def step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def choice() -> Any:
     """The StepChoice of --steps and --include-warmup."""
-    from runlens.analyzer.stepselect import StepChoice
+    from .analyzer.analysis.stepselect import StepChoice
 
     ctx = click.get_current_context(silent=True)
     given = ctx.meta.get(_STEPS_KEY, {}) if ctx is not None else {}
@@ -185,10 +185,10 @@ def choice() -> Any:
 
 def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """tfprof's options as flags (tfprof's options.md; docs/views.md), generated from
-    analyzer/view_options.py's FLAGS (names, types, defaults, help), plus --format and
+    analyzer/analysis/view_options.py's FLAGS (names, types, defaults, help), plus --format and
     --tfprof."""
-    from runlens.analyzer.render.formats import VIEW
-    from runlens.analyzer.view_options import FLAGS
+    from .analyzer.analysis.view_options import FLAGS
+    from .analyzer.render.formats import VIEW
 
     for flag in reversed(FLAGS):
         name = "--" + flag.name.replace("_", "-")
@@ -225,7 +225,7 @@ def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def note_left_out(run: Any, options: Any) -> None:
     """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
-    from runlens.analyzer.stepselect import StepChoice, left_out
+    from .analyzer.analysis.stepselect import StepChoice, left_out
 
     dropped = left_out(run, StepChoice(options.include_warmup, options.first_step,
                                        options.last_step))
@@ -243,6 +243,6 @@ def emit(text: str | bytes, output: str | None) -> None:
         click.echo(text, nl=False)
         return
 
-    from runlens.analyzer.rundir import atomic_write, check_output
+    from .analyzer.rundir import atomic_write, check_output
 
     atomic_write(check_output(output), text.encode() if isinstance(text, str) else text)

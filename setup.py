@@ -1,7 +1,7 @@
 """Build hook for the optional native extensions (metadata lives in pyproject.toml).
 
 They are built as modules of runlens.analyzer (installed under runlens/analyzer/; in an
-editable install next to their sources, through the runlens/analyzer link).
+editable install next to their sources in analyzer/, which is runlens.analyzer).
 
 All are optional: where they cannot be compiled, runlens installs anyway. Without the
 StepStats decoder, ingest falls back to its protobuf walk (same frames, ~20x slower);

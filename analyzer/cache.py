@@ -50,11 +50,11 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from runlens.analyzer import digest as content
-from runlens.analyzer.background import Background
-from runlens.analyzer.rundir import atomic_write
-from runlens.analyzer.schema import CACHED_FRAMES
-from runlens.analyzer.sources import Part
+from . import digest as content
+from .background import Background
+from .rundir import atomic_write
+from .schema import CACHED_FRAMES
+from .sources import Part
 
 try:
     import fcntl

@@ -14,7 +14,7 @@ import zlib
 from typing import Any
 
 try:
-    from runlens.analyzer import _stepstats
+    from . import _stepstats
 except ImportError:  # pragma: no cover - depends on the install
     _stepstats = None  # type: ignore[assignment]
 

@@ -28,13 +28,13 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer import cache, ingest, sources
-from runlens.analyzer.background import Background, map_in_processes
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.model import Run, built, derive_keys
-from runlens.analyzer.productcache import Origin
-from runlens.analyzer.rundir import RunDir
-from runlens.analyzer.schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
+from . import cache, ingest, sources
+from .background import Background, map_in_processes
+from .errors import InputFileError, RunDirError
+from .model import Run, built, derive_keys
+from .productcache import Origin
+from .rundir import RunDir
+from .schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from runlens.analyzer.schema import (
+from .schema import (
     KEY_COLUMNS,
     NODE_COLUMNS,
     OUTPUT_COLUMNS,
@@ -23,7 +23,7 @@ from runlens.analyzer.schema import (
 )
 
 if TYPE_CHECKING:
-    from runlens.analyzer.productcache import Origin
+    from .productcache import Origin
 
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
@@ -119,7 +119,7 @@ class Run:
     The executions are kept as numbers plus a `key_id` into `keys` (one row per distinct
     worker, lane, node name and timeline label, with what derives from them), since those
     strings repeat every step; `nodes` joins the two when first used. Per-node numbers
-    (analyzer.nodestats) work on the pair and never build `nodes`.
+    (analyzer.analysis.nodestats) work on the pair and never build `nodes`.
 
     Each frame may be given as a DataFrame or as a function that returns it (read on first
     use). A Run never changes once made: its attributes cannot be set (AttributeError) and

@@ -6,7 +6,7 @@ content of its inputs read by one version of the code (its key.json's fingerprin
 an input or the code changes, the frames go to a new data folder and the old one goes,
 with its products. So a product is keyed by the data folders of all the run's parts (a
 run of several workers by each one's), what narrowed the run (the steps a choice kept:
-analyzer.stepselect), the producer's name and params, and the digest of its code
+analyzer.analysis.stepselect), the producer's name and params, and the digest of its code
 (`Producer.digest`); one file per key, named by the key's hash.
 
 A file is MAGIC, the digest of its Parquet bytes (analyzer.digest), then the bytes,
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import polars as pl
 
-from runlens.analyzer import cache
-from runlens.analyzer import digest as content
+from . import cache
+from . import digest as content
 
 MAGIC = b"runlens-product-1\n"
 FOLDER = "products"

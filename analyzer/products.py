@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
 
-from runlens.analyzer import digest as content
-from runlens.analyzer import productcache
+from . import digest as content
+from . import productcache
 
 if TYPE_CHECKING:
-    from runlens.analyzer.model import Run
+    from .model import Run
 
 PACKAGE = __name__.rpartition(".")[0]  # the engine's package, wherever it is installed
 ROOT = os.path.dirname(os.path.abspath(__file__))

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runlens.analyzer.errors import RunDirError, RunlensError
-from runlens.analyzer.samejob import check_one_job
+from .errors import RunDirError, RunlensError
+from .samejob import check_one_job
 
 FORMAT_NAME = "runlens-run"
 FORMAT_VERSION = 1

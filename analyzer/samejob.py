@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runlens.analyzer.errors import RunDirError
+from .errors import RunDirError
 
 
 def _task(manifest: dict[str, Any]) -> tuple[str, int] | None:

@@ -101,7 +101,7 @@ CODE_SCHEMA: Schema = {
 }
 LACKS_SCHEMA: Schema = {"what": pl.String, "why": pl.String}
 # The span of a step where the input says it (an xplane step marker, the device span of a
-# step's group): analyzer.steps takes it over the span of the step's executions.
+# step's group): analyzer.analysis.steps takes it over the span of the step's executions.
 STEP_SPAN_SCHEMA: Schema = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added

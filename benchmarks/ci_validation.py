@@ -20,7 +20,7 @@ process, started about a minute apart, 30 traced steps each.
   normalized Hodges-Lehmann change (p95, p99, max) and the largest lower end of its 95%
   interval, by the metric's share of the step.
 
-- `--sessions LABEL=DIR ...` (several base runs, analyzer.baseruns): base = k runs of
+- `--sessions LABEL=DIR ...` (several base runs, analyzer.gate.baseruns): base = k runs of
   one capture session (n steps each), new = one run of another session; same-config
   false alarms, every depth >= 2 scope of >= 5% of the step made 2x slower, and a step
   30% slower through op work. `--held-out` names the sessions kept out of the choice;
@@ -47,8 +47,8 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import runlens.analyzer.compare as _gate  # noqa: E402
-from runlens.analyzer.compare import Samples, compare, samples_from_run  # noqa: E402
+import runlens.analyzer.gate.compare as _gate  # noqa: E402
+from runlens.analyzer.gate.compare import Samples, compare, samples_from_run  # noqa: E402
 from runlens.analyzer.load import load_run  # noqa: E402
 
 # The size-class floors as shipped (--tune sets the module's floors to 0 to record).
@@ -229,7 +229,7 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
     """Base: k runs of one session (n steps each); new: `new_k` runs of another session
     (n steps each, pooled as `analyze compare` pools a baseline file of several runs).
     `pairs` are the (base session, new session) pairs to draw from."""
-    from runlens.analyzer.baseruns import merge_runs
+    from runlens.analyzer.gate.baseruns import merge_runs
 
     spread_out = label.endswith("sessions")  # one base run from each of k sessions
     news = sorted({b for _, b in pairs})
@@ -345,12 +345,12 @@ def tune(record: list, margins: list[float], mins: list[float]) -> pl.DataFrame:
 
 def run_sessions(args) -> None:
     """--sessions: base = k runs of one session, new = a run of another session."""
-    import runlens.analyzer.baseruns as runs_rule
+    import runlens.analyzer.gate.baseruns as runs_rule
 
     if args.tune:  # every floor at 0: record what each floor rule would call
         runs_rule.RUN_SPREAD_X = 0.0
         runs_rule.RUN_FLOOR_MIN = {"step": 0.0, "scope": 0.0}
-        import runlens.analyzer.compare as gate
+        import runlens.analyzer.gate.compare as gate
         gate.SCOPE_FLOORS = ((0.10, 0.0), (0.03, 0.0), (gate.NOISE_FLOOR, 0.0))
         gate.OP_FLOORS = gate.SCOPE_FLOORS
         gate.STEP_FLOORS = {gate.STEP_TIME: 0.0, gate.OP_TIME: 0.0}
@@ -411,7 +411,7 @@ def main() -> None:
                     help="pair each run of CAPTURE_DIR only with the same config's runs "
                          "of this other capture session (both orders)")
     ap.add_argument("--spike-cap", type=float, default=None,
-                    help="try another analyzer.compare.SPIKE_CAP (0: no cap)")
+                    help="try another analyzer.gate.compare.SPIKE_CAP (0: no cap)")
     ap.add_argument("--scope-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
                     help="try other scope floors (%%, for >=10%%, 3-10%%, 1-3%% of step)")
     ap.add_argument("--op-floors", type=float, nargs=3, metavar=("BIG", "MID", "SMALL"),
@@ -443,7 +443,7 @@ def main() -> None:
     ap.add_argument("--mins", type=float, nargs="+", default=[20, 30, 40, 60],
                     help="scope/op type floor minimums to try, %% (--tune)")
     ap.add_argument("--one-factor", action="store_true",
-                    help="one machine factor per run (analyzer.machinefactor.BY_SIZE off)")
+                    help="one machine factor per run (analyzer.gate.machinefactor.BY_SIZE off)")
     ap.add_argument("--leave-out", default="op", choices=["op", "none", "bin", "class", "merged"],
                     help="how a scope's own nodes are kept out of its factor "
                          "(machinefactor.LEAVE_OUT): op (shipped: peers of the same op type "
@@ -452,7 +452,7 @@ def main() -> None:
                          "merged (rejected variants)")
     args = ap.parse_args()
     started = time.monotonic()
-    import runlens.analyzer.machinefactor as mf
+    import runlens.analyzer.gate.machinefactor as mf
     mf.BY_SIZE = not args.one_factor
     mf.LEAVE_OUT = None if args.leave_out == "none" else args.leave_out
     print(f"machine factor per node-duration class {mf.BY_SIZE}, leave-out {mf.LEAVE_OUT}")
@@ -460,7 +460,7 @@ def main() -> None:
         run_sessions(args)
         print(f"done in {time.monotonic() - started:.0f}s")
         return
-    import runlens.analyzer.compare as gate
+    import runlens.analyzer.gate.compare as gate
 
     if args.scope_floors:
         big, mid, small = (f / 100 for f in args.scope_floors)

@@ -133,10 +133,9 @@ def _cache_present(run_path: Path) -> bool:
 def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     t = time.perf_counter()
     import polars  # noqa: F401
-
+    from runlens.analyzer.analysis.views import VIEWS, ViewOptions
     from runlens.analyzer.ingest import native_decoder_available
     from runlens.analyzer.load import load_run
-    from runlens.analyzer.views import VIEWS, ViewOptions
     emit(import_seconds=time.perf_counter() - t, native_decoder=native_decoder_available())
 
     if mode in ("cold", "no-cache"):
@@ -230,8 +229,8 @@ def child_profile(run_path: Path, mode: str, jobs: int | None, top: int) -> None
     import io
     import pstats
 
+    from runlens.analyzer.analysis.views import VIEWS, ViewOptions
     from runlens.analyzer.load import load_run
-    from runlens.analyzer.views import VIEWS, ViewOptions
 
     if mode == "profile-cold":
         _drop_cache(run_path)

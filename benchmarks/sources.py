@@ -69,8 +69,8 @@ JOBS: int | None = None  # load_run(jobs=...); None: os.cpu_count()
 
 
 def runlens_work(path: Path, use_cache: bool, views: tuple[str, ...]) -> None:
+    from runlens.analyzer.analysis.views import VIEWS, ViewOptions
     from runlens.analyzer.load import load_run
-    from runlens.analyzer.views import VIEWS, ViewOptions
 
     run = load_run(path, use_cache=use_cache, jobs=JOBS)
     for kind in views:

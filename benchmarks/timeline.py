@@ -67,7 +67,6 @@ def main() -> int:
 
 
     from engine import build_run, machine
-
     from runlens.analyzer.load import load_run
     from runlens.analyzer.render.chrome_trace import export
     from runlens.analyzer.timeline import TimelineOptions

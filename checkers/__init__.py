@@ -10,10 +10,10 @@ import importlib
 import pkgutil
 from typing import Any
 
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.model import Run
-from runlens.analyzer.stepselect import StepChoice
-from runlens.checkers.base import REGISTRY, Analysis, Checker, Finding, Severity
+from ..analyzer.analysis.stepselect import StepChoice
+from ..analyzer.errors import RunlensError
+from ..analyzer.model import Run
+from .base import REGISTRY, Analysis, Checker, Finding, Severity
 
 __all__ = ["REGISTRY", "Analysis", "Checker", "Finding", "Severity", "all_checkers",
            "resolve", "run_checks", "skipped_checks"]
@@ -77,9 +77,9 @@ def header(run: Run, name: str, steps: StepChoice | None = None,
     """The numbers above the findings: the run's name, its traced steps, the median step
     time of the steps `steps` keeps, which steps were left out and why (said once), and
     what the input lacks with the chosen checkers that needed it."""
-    from runlens.analyzer.steps import step_times
-    from runlens.analyzer.stepselect import analysed, left_out
-    from runlens.checkers.base import num
+    from ..analyzer.analysis.steps import step_times
+    from ..analyzer.analysis.stepselect import analysed, left_out
+    from .base import num
 
     times = step_times(analysed(run, steps))["duration_ns"]
     meta: dict[str, Any] = {"run": name, "steps": len(run.steps),

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
-from runlens.checkers.intervals import gaps, largest_gaps, merged_busy
+from .base import Analysis, Checker, Finding, Severity, pct, register
+from .intervals import gaps, largest_gaps, merged_busy
 
 LOW = 0.5  # below this share of the step with a kernel running: a warning
 INFO = 0.8

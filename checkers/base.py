@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.graph import CriticalPath, step_critical_paths
-from runlens.analyzer.model import Run
-from runlens.analyzer.nodestats import node_stats
-from runlens.analyzer.steps import median_step, step_times
-from runlens.analyzer.stepselect import StepChoice, analysed, chosen_steps
+from ..analyzer.analysis.graph import CriticalPath, step_critical_paths
+from ..analyzer.analysis.nodestats import node_stats
+from ..analyzer.analysis.steps import median_step, step_times
+from ..analyzer.analysis.stepselect import StepChoice, analysed, chosen_steps
+from ..analyzer.errors import RunlensError
+from ..analyzer.model import Run
 
 
 class Severity(enum.IntEnum):
@@ -110,7 +110,7 @@ def register(cls: type[Checker]) -> type[Checker]:
 class Analysis:
     """The Run plus derived frames that several checkers need, each computed once.
 
-    `run` holds the steps `choice` keeps (analyzer.stepselect: warm-up and outlier steps
+    `run` holds the steps `choice` keeps (analyzer.analysis.stepselect: warm-up and outlier steps
     left out by default), so averages, the median step and sampled steps leave them out;
     `checked_step_times` is what a checker of step times themselves reads."""
 

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.graph import no_dataflow
-from runlens.analyzer.model import Run
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from ..analyzer.analysis.graph import no_dataflow
+from ..analyzer.model import Run
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 3
 MIN_SHARE = 0.30  # the top ops must make up this much of the step to be worth a finding

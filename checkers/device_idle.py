@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
-from runlens.checkers.intervals import gaps, largest_gaps, merged_busy
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, pct, register
+from .intervals import gaps, largest_gaps, merged_busy
 
 IDLE_INFO = 0.25
 IDLE_WARNING = 0.5

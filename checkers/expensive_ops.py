@@ -6,10 +6,10 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.codepaths import GRADIENT_SUFFIX, code_paths
-from runlens.analyzer.model import kernel_label_expr
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from ..analyzer.analysis.codepaths import GRADIENT_SUFFIX, code_paths
+from ..analyzer.model import kernel_label_expr
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 5
 DOMINANT = 0.20  # report when one kernel takes at least this share of op time
@@ -104,7 +104,7 @@ def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:
 def _top_code_lines(a: Analysis, nodes: pl.DataFrame) -> list[dict]:
     """The user's code lines whose ops cost most: the innermost frame of each op's code
     path without library frames, as the code view shows it; a gradient op counts toward
-    the forward op's line (analyzer.codepaths)."""
+    the forward op's line (analyzer.analysis.codepaths)."""
     if a.run.code.height == 0:
         return []
     paths = code_paths(a.run).filter(pl.col("user_path").list.len() > 0).select(

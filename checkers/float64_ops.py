@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, pct, register
 
 CPU_WARNING_SHARE = 0.20
 CPU_INFO_SHARE = 0.05

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_bytes, fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+from ..analyzer.render.units import fmt_bytes, fmt_us
+from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"
 INFO_SHARE = 0.02

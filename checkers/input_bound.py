@@ -7,9 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.graph import no_dataflow
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
-from runlens.checkers.intervals import merged_busy
+from ..analyzer.analysis.graph import no_dataflow
+from .base import Analysis, Checker, Finding, Severity, pct, register
+from .intervals import merged_busy
 
 # Ops that wait for the input pipeline (tf.data iterators, queues, readers).
 INPUT_OPS = [

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_bytes
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, register
+from ..analyzer.render.units import fmt_bytes
+from .base import Analysis, Checker, Finding, Severity, num, register
 
 MIN_GROWTH = 0.10  # residual bytes must grow by this share over the run
 MIN_STEPS = 4

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 LAYOUT_OPS = r"^(Conv2D|Conv2DBackprop(Input|Filter)|Conv3D.*|DepthwiseConv2dNative.*|MaxPool.*" \
              r"|AvgPool.*|FusedBatchNorm.*|BiasAdd.*)$"

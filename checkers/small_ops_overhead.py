@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 TINY_US = 10.0  # an op this short is mostly scheduling overhead
 MIN_EXECUTIONS = 300  # per step

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, num, pct, register
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 Z_OUTLIER = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
 MIN_RATIO = 1.5  # and a straggler is at least this much slower than the median step
@@ -32,7 +32,7 @@ class StepTimeVariance(Checker):
     Why: a few slow steps (a stall reading data, garbage collection, checkpointing, a
     noisy neighbour) cost wall time without showing in averages, and in synchronous
     multi-worker training the slowest worker sets the pace for all. Warm-up steps at the
-    start of a run (analyzer.warmup's rule) are slow by nature and not counted.
+    start of a run (analyzer.analysis.warmup's rule) are slow by nature and not counted.
     How to fix: look at what the straggler steps do differently (`analyze timeline RUN
     --step N`); for data stalls, prefetch; for a slow worker, check its host.
     """

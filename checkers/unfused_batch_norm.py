@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from runlens.analyzer.render.units import fmt_us
-from runlens.checkers.base import Analysis, Checker, Finding, Severity, pct, register
+from ..analyzer.render.units import fmt_us
+from .base import Analysis, Checker, Finding, Severity, pct, register
 
 BN_SCOPE = r"(?i)(^|/)(batch_?norm[^/]*)(/|$)"
 FIX = ("Use the fused kernel: tf.compat.v1.nn.fused_batch_norm(x, scale, offset, "

@@ -64,7 +64,7 @@ def run_cli(args: list[str], expect_exit: int = 0):
 @pytest.fixture(scope="session")
 def tf():
     """Per-step samples of each of TF_RUNS (read once per test process)."""
-    from runlens.analyzer.compare import samples_from_run
+    from runlens.analyzer.gate.compare import samples_from_run
     from runlens.analyzer.load import load_run
 
     return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)

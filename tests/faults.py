@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 
 import polars as pl
-
 from runlens.analyzer import ingest
+from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.load import load_run
-from runlens.analyzer.views import VIEWS, ViewOptions
+
 from tests.wire_bytes import delimited
 
 # The executions as read (no column derived from graphs, which a damaged but valid

@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from click.testing import CliRunner  # noqa: E402
-
 from runlens.cli import main as cli_main  # noqa: E402
 
 SRC = ROOT / "fixtures" / "sources"

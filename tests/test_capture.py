@@ -16,7 +16,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from runlens.analyzer.capture import CaptureHook, StepTimer, trace_step  # noqa: E402
+from runlens.analyzer.capture.tf1 import CaptureHook, StepTimer, trace_step  # noqa: E402
 from runlens.analyzer.proto import config_pb2  # noqa: E402
 from runlens.analyzer.rundir import STEP_FILE_RE, find_runs  # noqa: E402
 

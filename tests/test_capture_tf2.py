@@ -1,4 +1,4 @@
-"""The TF2 capture helper (analyzer.capture_tf2), run in real TF2 training processes:
+"""The TF2 capture helper (analyzer.capture.tf2), run in real TF2 training processes:
 it profiles the chosen steps, writes the function graphs beside the profile, and never
 breaks training."""
 

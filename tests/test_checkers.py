@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from runlens import checkers
 from runlens.analyzer.load import load_run
 from runlens.checkers.base import REGISTRY, Checker, register
+
 from tests.conftest import FIXTURES, run_cli
 
 # checker name: (fixture where it must fire, fixture where it must stay quiet, why)
@@ -66,7 +66,7 @@ def test_step_time_variance_names_the_straggler_steps():
     (finding,) = _findings("straggler", "step-time-variance")
     slow = {s["step"] for s in finding.evidence["stragglers"]}
     run = load_run(FIXTURES / "straggler")
-    from runlens.analyzer.steps import step_times
+    from runlens.analyzer.analysis.steps import step_times
 
     times = step_times(run).sort("duration_ns", descending=True)
     assert slow == set(times["step"].head(len(slow)).to_list()) and len(slow) >= 2

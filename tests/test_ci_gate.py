@@ -8,11 +8,11 @@ import json
 
 import polars as pl
 import pytest
-
-from runlens.analyzer.compare import Samples, compare, samples_from_run, warmup_steps
+from runlens.analyzer.analysis.warmup import flag_steps
+from runlens.analyzer.gate.compare import Samples, compare, samples_from_run, warmup_steps
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
-from runlens.analyzer.warmup import flag_steps
+
 from tests.conftest import COMPARE, TF_RUNS, run_cli
 
 RUNS = TF_RUNS
@@ -27,7 +27,7 @@ def test_the_fixtures_are_what_the_issue_describes(tf):
 # The process that wrote tf_base_a ran every tiny op 3-4x slower than tf_base_b's and
 # tf_base_c's (GradientDescent update nodes 11 us against 3.5, AddN 16 against 3; median
 # step 8.7 ms against 9.0): one machine-wide factor left train/GradientDescent +258%, a
-# false alarm (issue 11). The factor per node-duration class (analyzer.machinefactor)
+# false alarm (issue 11). The factor per node-duration class (analyzer.gate.machinefactor)
 # divides tiny ops by the tiny ops' factor (docs/ci.md "A machine factor per node size").
 SAME_CONFIG = ("tf_base_a", "tf_base_b", "tf_base_c")
 
@@ -126,7 +126,7 @@ def test_contention_spikes_are_capped_so_a_30pct_slower_step_shows_in_op_time(mo
     def op_time(s: Samples) -> pl.Series:
         return s.samples.filter(pl.col("name") == "op time")["value_us"]
 
-    monkeypatch.setattr("runlens.analyzer.compare.SPIKE_CAP", None)
+    monkeypatch.setattr("runlens.analyzer.gate.compare.SPIKE_CAP", None)
     raw_a, raw_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")
     monkeypatch.undo()
     capped_a, capped_b = samples_from_run(run_a, "a"), samples_from_run(run_b, "b")

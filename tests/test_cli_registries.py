@@ -5,12 +5,11 @@ so that `analyze --help` does not import the renderers), and every view has its 
 from __future__ import annotations
 
 import click
-
 from runlens import cli
+from runlens.analyzer.analysis.views import VIEWS
 from runlens.analyzer.render import compare as compare_render
 from runlens.analyzer.render import critical_path, findings, formats, summary
 from runlens.analyzer.render import views as view_render
-from runlens.analyzer.views import VIEWS
 
 
 def _choices(command: str, option: str = "fmt") -> set[str]:

@@ -10,8 +10,7 @@ import xml.etree.ElementTree as ET
 
 import polars as pl
 import pytest
-
-from runlens.analyzer.compare import (
+from runlens.analyzer.gate.compare import (
     Samples,
     compare,
     load_baseline,
@@ -19,6 +18,7 @@ from runlens.analyzer.compare import (
     save_baseline,
 )
 from runlens.analyzer.load import load_run
+
 from tests.conftest import COMPARE, run_cli
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from runlens.analyzer import cache
+from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.cache import CACHE_VERSION
 from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
-from runlens.analyzer.views import VIEWS, ViewOptions
+
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 
@@ -145,7 +145,7 @@ def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
     def broken():
         raise ValueError("broken")
 
-    monkeypatch.setattr("runlens.analyzer.codepaths.trace_string", broken)
+    monkeypatch.setattr("runlens.analyzer.analysis.codepaths.trace_string", broken)
     run = load_run(run_dir)
     with pytest.raises(ValueError, match="broken"):
         VIEWS["code"](run, ViewOptions())
@@ -213,7 +213,7 @@ def test_directory_of_run_dirs_is_one_multi_worker_run(tmp_path):
 
 def test_engine_and_cli_import_without_tensorflow():
     code = ("import sys, runlens.analyzer, runlens.analyzer.load; "
-            "import runlens.analyzer.views, runlens.analyzer.graph; "
+            "import runlens.analyzer.analysis.views, runlens.analyzer.analysis.graph; "
             "import runlens.checkers, runlens.cli; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow']; "
             "assert not bad, bad")
@@ -254,7 +254,6 @@ def test_every_captured_fixture_has_five_traced_steps(captured_dir):
 def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
     """Threads (C decoder) and processes (protobuf walk) load what one thread loads."""
     from polars.testing import assert_frame_equal
-
     from runlens.analyzer import load
 
     def frames(**kw):
@@ -285,9 +284,8 @@ def test_a_run_built_from_whole_frames_equals_the_loaded_one():
     """Executions and outputs are kept by key; a Run given the whole frames (as replace()
     is) splits them again, and shows the same frames and per-node numbers."""
     from polars.testing import assert_frame_equal
-
+    from runlens.analyzer.analysis.nodestats import node_stats
     from runlens.analyzer.model import Run
-    from runlens.analyzer.nodestats import node_stats
 
     run = load_run(FIXTURES / "cnn", use_cache=False)
     assert run.outputs.height > 0
@@ -310,10 +308,11 @@ def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
     the cached step flags) and then by this one is computed again, not read."""
     run_dir = run_copy("mlp")
     other = tmp_path / "other"
-    shutil.copytree(ROOT / "runlens", other / "runlens", symlinks=True)  # -> ../analyzer
-    shutil.copytree(ROOT / "analyzer", other / "analyzer",
+    (other / "runlens").mkdir(parents=True)  # the package is the repository's root
+    shutil.copy(ROOT / "__init__.py", other / "runlens")
+    shutil.copytree(ROOT / "analyzer", other / "runlens" / "analyzer",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    with open(other / "analyzer" / "warmup.py", "a") as f:
+    with open(other / "runlens" / "analyzer" / "analysis" / "warmup.py", "a") as f:
         f.write("# another build\n")
     code = ("import sys; from runlens.analyzer.load import load_run; from runlens import analyzer; "
             "load_run(sys.argv[1]); print(analyzer.__file__)")

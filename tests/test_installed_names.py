@@ -1,7 +1,8 @@
 """runlens installs one top-level name, `runlens` (runlens.analyzer, runlens.checkers,
 runlens.cli, runlens.cli_options), so that it never collides with another package's
-`cli` or `analyzer`; and the tree imports itself only by those names (a module imported
-as both `analyzer.x` and `runlens.analyzer.x` would be two modules with two registries)."""
+`cli` or `analyzer`. The repository root is that package (pyproject.toml's package-dir):
+no links, the engine imports itself relatively, so a module can be imported by one name
+only (two names would mean two modules with two checker registries)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = ("analyzer", "checkers", "cli", "cli_options")
@@ -50,36 +52,53 @@ def test_no_module_in_the_tree_imports_an_old_top_level_name():
     found = [f"{path.relative_to(ROOT)}:{line}: {name}"
              for path in _tree_python_files() for line, name in _imported(path)
              if name.split(".")[0] in OLD_NAMES]
-    assert not found, "old names (run tools/rename_imports.py):\n" + "\n".join(found)
+    assert not found, "old top-level names (use runlens.analyzer...):\n" + "\n".join(found)
 
 
-def test_the_rename_script_finds_nothing_left_to_rewrite():
-    """Its --check also covers quoted module names, `-m` commands, docs and .proto files."""
-    res = subprocess.run([sys.executable, str(ROOT / "tools" / "rename_imports.py"), "--check"],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+def _engine_python_files() -> list[Path]:
+    return [p for p in _tree_python_files()
+            if p.relative_to(ROOT).parts[0] in ("analyzer", "checkers", "cli.py", "cli_options.py")]
 
 
-def test_the_source_tree_links_to_the_real_directories():
-    for name in OLD_NAMES:
-        link = ROOT / "runlens" / (name if name in ("analyzer", "checkers") else f"{name}.py")
-        assert link.is_symlink() and link.resolve() == (ROOT / link.name).resolve(), link
+def test_the_engine_imports_itself_relatively():
+    """Inside the package no import names `runlens` (or an old top-level name): the tree
+    on disk is the package, whatever it is installed as."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {name}"
+             for path in _engine_python_files() for line, name in _imported(path)
+             if name.split(".")[0] in ("runlens", *OLD_NAMES)]
+    assert not found, "absolute imports of the package inside it:\n" + "\n".join(found)
+
+
+def test_no_symlink_in_the_tree():
+    out = subprocess.run(["git", "ls-files", "-s", "-z"], cwd=ROOT, capture_output=True,
+                         check=True).stdout.decode()
+    links = [e.split("\t", 1)[1] for e in out.split("\0") if e.startswith("120000 ")]
+    assert links == []
+
+
+def test_pyproject_names_every_package_of_the_tree():
+    """The packages are listed (not found, so that tests/ and fixtures/ stay out of the
+    wheel): the list must hold every folder of analyzer/ and checkers/ with an __init__.py."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"runlens": "."}
+    on_disk = {"runlens"} | {
+        "runlens." + ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("analyzer", "checkers") for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts}
+    assert set(config["packages"]) == on_disk
 
 
 def _checkout(dest: Path) -> None:
-    """The tree's files as a fresh clone would hold them (symlinks as links; no build/,
-    no built modules), so the wheel is built from what is committed, not from leftovers."""
+    """The tree's files as a fresh clone would hold them (no build/, no built modules), so
+    the wheel is built from what is committed, not from leftovers."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          cwd=ROOT, capture_output=True, check=True).stdout
     for rel in filter(None, out.decode().split("\0")):
         src, dst = ROOT / rel, dest / rel
-        if not (src.is_symlink() or src.is_file()):
+        if not src.is_file():
             continue  # deleted, not yet committed
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(src.readlink())
-        else:
-            shutil.copy2(src, dst)
+        shutil.copy2(src, dst)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The machine factor per node-duration class (analyzer.machinefactor, issue 11), on the
+"""The machine factor per node-duration class (analyzer.gate.machinefactor, issue 11), on the
 real same-config pair whose new process ran tiny ops 3-4x slower (fixtures/compare:
 tf_base_a against tf_base_b)."""
 
@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
-from runlens.analyzer import machinefactor
-from runlens.analyzer.compare import compare, machine_factor
+from runlens.analyzer.gate import machinefactor
+from runlens.analyzer.gate.compare import compare, machine_factor
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,7 @@ def _slower(s, scope: str, times: float):
     """`scope` `times` slower in every step, as a real regression would be: its per-step
     time, its ancestors', op time's and step time's grow by the added time, and its nodes'
     medians move with it (what the machine factor sees)."""
-    from runlens.analyzer.compare import Samples
+    from runlens.analyzer.gate.compare import Samples
 
     parts = scope.split("/")
     ancestors = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -123,7 +122,7 @@ def test_a_scope_without_peers_keeps_the_class_floor(tf):
     outside it, so its factor is its own class's (which a regression there moves too) and
     its floor stays at SCOPE_FLOOR_NO_PEERS; a block's MLP gradient has its MatMul peers in
     the other blocks and gets the lower floor."""
-    from runlens.analyzer import compare as gate
+    from runlens.analyzer.gate import compare as gate
 
     rows = compare(tf["tf_base_c"], tf["tf_base_a"]).rows.filter(pl.col("kind") == "scope")
     floor = dict(zip(rows["name"].to_list(), rows["floor_pct"].to_list(), strict=True))
@@ -136,7 +135,7 @@ def test_several_new_runs_all_slower_in_one_scope_are_caught(tf):
     """--new-runs pools the new processes' steps: when every new process has the
     regression (here gradients/block3/mlp made 3x slower in tf_base_c and tf_base_a,
     the process with slow optimizer updates), it is called, and named first."""
-    from runlens.analyzer.baseruns import merge_runs
+    from runlens.analyzer.gate.baseruns import merge_runs
 
     scope = "gradients/block3/mlp"
     new = merge_runs([_slower(tf[n], scope, 3.0) for n in ("tf_base_c", "tf_base_a")])

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
+from runlens.analyzer.analysis.nodestats import node_stats
+from runlens.analyzer.analysis.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
-from runlens.analyzer.nodestats import node_stats
-from runlens.analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
+
 from tests.conftest import FIXTURES
 
 pytest.importorskip("tensorflow")
@@ -263,7 +263,7 @@ def test_fused_kernel_vs_tfprof_op_type():
     tfprof_relu = theirs.filter(pl.col("name") == "Relu")
     tfprof_conv = theirs.filter(pl.col("name") == "Conv2D")
     # tfprof averages over every traced step (step 12 of this capture is a contention
-    # spike, 7.1 ms vs 1.3-1.9 ms, that our default leaves out: analyzer.stepselect).
+    # spike, 7.1 ms vs 1.3-1.9 ms, that our default leaves out: analyzer.analysis.stepselect).
     ours = op_view(run, ViewOptions(include_warmup=True)).rows
     fused = ours.filter(pl.col("name") == "_FusedConv2D (Conv2D+BiasAdd+Relu)")
     print(f"tfprof: Relu {tfprof_relu['t_micros'][0]}us, Conv2D "

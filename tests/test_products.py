@@ -12,18 +12,19 @@ import sys
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-
 from runlens import checkers
 from runlens.analyzer import cache, productcache, products
-from runlens.analyzer.codepaths import CODE_PATHS
+from runlens.analyzer.analysis.codepaths import CODE_PATHS
+from runlens.analyzer.analysis.nodestats import NODE_STATS, node_stats
+from runlens.analyzer.analysis.stepselect import STEP_FLAGS, StepChoice, analysed, step_flags
+from runlens.analyzer.analysis.views import DEFAULT_TREE, VIEWS, ViewOptions, op_view
 from runlens.analyzer.load import load_run
-from runlens.analyzer.nodestats import NODE_STATS, node_stats
-from runlens.analyzer.stepselect import STEP_FLAGS, StepChoice, analysed, step_flags
-from runlens.analyzer.views import DEFAULT_TREE, VIEWS, ViewOptions, op_view
+
 from tests.conftest import FIXTURES, ROOT
 
-DERIVING = ("runlens.analyzer.views", "runlens.analyzer.nodestats", "runlens.analyzer.codepaths",
-            "runlens.analyzer.stepselect", "runlens.analyzer.products")
+DERIVING = ("runlens.analyzer.analysis.views", "runlens.analyzer.analysis.nodestats",
+            "runlens.analyzer.analysis.codepaths", "runlens.analyzer.analysis.stepselect",
+            "runlens.analyzer.products")
 
 
 def _product_files(run_dir, name: str) -> list:
@@ -79,7 +80,8 @@ def test_a_second_process_reads_the_products_from_the_cache(run_copy):
     code traces are read) and shows the same views as a fresh ingest."""
     run_dir = run_copy("cnn")
     script = ("import json, sys; from runlens.analyzer.load import load_run; "
-              "from runlens.analyzer.views import VIEWS, ViewOptions; run = load_run(sys.argv[1]); "
+              "from runlens.analyzer.analysis.views import VIEWS, ViewOptions; "
+              "run = load_run(sys.argv[1]); "
               "views = {k: "
               "VIEWS[k](run, ViewOptions()).rows.to_dicts() for k in ('ops', 'scopes', "
               "'code')}; print(json.dumps({'read': [n for n in ('executions', 'code') "
@@ -133,11 +135,12 @@ def _edited(monkeypatch, module: str) -> None:
 
 def test_a_producers_digest_covers_the_modules_it_imports(monkeypatch, fresh_digests):
     assert "runlens.analyzer.model" in NODE_STATS.modules
-    assert {"runlens.analyzer.nodestats", "runlens.analyzer.codepaths",
-            "runlens.analyzer.treeorder"} <= set(DEFAULT_TREE.modules)
+    assert {"runlens.analyzer.analysis.nodestats", "runlens.analyzer.analysis.codepaths",
+            "runlens.analyzer.analysis.treeorder"} <= set(DEFAULT_TREE.modules)
     assert "runlens.analyzer.schema" in CODE_PATHS.modules
     before = {name: p.digest for name, p in products.PRODUCERS.items()}
-    _edited(monkeypatch, "runlens.analyzer.warmup")  # imported by stepselect, not by nodestats
+    # warmup is imported by stepselect, not by nodestats
+    _edited(monkeypatch, "runlens.analyzer.analysis.warmup")
     after = {name: p.digest for name, p in products.PRODUCERS.items()}
     assert after["step_flags"] != before["step_flags"] and after["tree"] != before["tree"]
     assert after["node_stats"] == before["node_stats"]
@@ -159,7 +162,7 @@ def test_a_cached_product_is_not_read_once_its_code_changed(run_copy, monkeypatc
                              planted)
     cache.wait()
     assert_frame_equal(node_stats(analysed(load_run(run_dir))), planted)
-    _edited(monkeypatch, "runlens.analyzer.nodestats")
+    _edited(monkeypatch, "runlens.analyzer.analysis.nodestats")
     assert_frame_equal(node_stats(analysed(load_run(run_dir))), expected)
     cache.wait()
     assert len(_product_files(run_dir, "node_stats")) == 2 and kept.exists()

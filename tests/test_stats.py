@@ -1,4 +1,4 @@
-"""The gate's statistics (analyzer/stats.py) against SciPy and textbook values."""
+"""The gate's statistics (analyzer/gate/stats.py) against SciPy and textbook values."""
 
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ import random
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
-
-from runlens.analyzer.stats import (
+from runlens.analyzer.gate.stats import (
     benjamini_hochberg,
     hodges_lehmann,
     mann_whitney_greater,
     smallest_p,
     u_null_cdf,
 )
+from scipy import stats as scipy_stats
 
 
 def test_exact_p_values_are_scipys_and_beat_the_normal_approximation():

@@ -1,4 +1,4 @@
-"""Warm-up and outlier steps, one rule for the whole engine (analyzer.stepselect): left out
+"""Warm-up and outlier steps, one rule for the whole engine (analyzer.analysis.stepselect): left out
 of averages, checks and statistics by default, named where they are left out, kept with
 --include-warmup (and by ViewOptions.tfprof()), and --steps A:B on every command.
 
@@ -13,13 +13,13 @@ import shutil
 
 import polars as pl
 import pytest
-
 from runlens import checkers
 from runlens.analyzer import cache
+from runlens.analyzer.analysis.steps import median_step
+from runlens.analyzer.analysis.stepselect import StepChoice, analysed, step_flags
+from runlens.analyzer.analysis.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from runlens.analyzer.load import load_run
-from runlens.analyzer.steps import median_step
-from runlens.analyzer.stepselect import StepChoice, analysed, step_flags
-from runlens.analyzer.views import ViewOptions, code_view, graph_view, op_view, scope_view
+
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 BASE_B = ROOT / "fixtures" / "compare" / "base_b"
@@ -167,7 +167,7 @@ def test_a_gross_first_step_is_warm_up_even_with_few_steps():
     """gpu_mnist has 5 traced steps (fewer than warmup.MIN_STEPS); its first is 91x the
     others. With few steps only such a gross first step is flagged: the same steps with
     the first at 2x the others' median are all kept."""
-    from runlens.analyzer.warmup import FEW_WARMUP_RATIO, flag_steps
+    from runlens.analyzer.analysis.warmup import FEW_WARMUP_RATIO, flag_steps
 
     flags = step_flags(load_run(FIXTURES / "gpu_mnist", use_cache=False))
     assert flags.filter(pl.col("left_out")).select("step", "why").rows() == [(1, "warm-up")]

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
-from runlens.analyzer import graph
-from runlens.analyzer.graph import critical_path, critical_paths
+from runlens.analyzer.analysis import graph
+from runlens.analyzer.analysis.graph import critical_path, critical_paths
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
 from runlens.analyzer.render import chrome_trace
@@ -27,6 +26,7 @@ from runlens.analyzer.render.chrome_trace import export
 from runlens.analyzer.sources import Selection
 from runlens.analyzer.timeline import TimelineOptions, build_trace, parse_step_range
 from runlens.analyzer.timeline.lanes import sublanes
+
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -237,7 +237,7 @@ def test_sublanes_never_overlap():
 
 
 def test_default_is_the_median_step(tmp_path):
-    from runlens.analyzer.steps import median_step
+    from runlens.analyzer.analysis.steps import median_step
 
     out = tmp_path / "t.json"
     result = run_cli(["timeline", FIXTURES / "mlp", "-o", out])

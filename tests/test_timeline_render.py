@@ -9,13 +9,13 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-
 from runlens.analyzer.load import load_run
 from runlens.analyzer.render import jsonrows
 from runlens.analyzer.render.chrome_trace import write_trace
 from runlens.analyzer.render.jsonfrag import jstr
 from runlens.analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
 from runlens.analyzer.timeline import TimelineOptions, build_trace
+
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
 native = pytest.mark.skipif(jsonrows.native is None, reason="runlens.analyzer._jsonrows not built")

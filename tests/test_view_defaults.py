@@ -7,10 +7,17 @@ import json
 
 import polars as pl
 import pytest
-
+from runlens.analyzer.analysis.views import (
+    ALL_METRICS,
+    VIEWS,
+    ViewOptions,
+    code_view,
+    op_view,
+    scope_view,
+)
 from runlens.analyzer.load import load_run
 from runlens.analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us
-from runlens.analyzer.views import ALL_METRICS, VIEWS, ViewOptions, code_view, op_view, scope_view
+
 from tests.conftest import FIXTURES, run_cli
 
 

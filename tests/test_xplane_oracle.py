@@ -100,7 +100,7 @@ def test_steps_equal_xprofs_step_db(path: Path) -> None:
     """Step count and each step's duration (and start) equal xprof's step db: `train`
     marker spans on the CPU fixtures, the device span of the one step (group 0) on the GPU
     profile. Ours are in ns, xprof's in ps: equal to the ns (we truncate)."""
-    from runlens.analyzer.steps import step_times
+    from runlens.analyzer.analysis.steps import step_times
 
     want = step_db(path)
     assert want.height > 0, "xprof found no step"
@@ -123,7 +123,7 @@ def test_gpu_steps_are_the_device_groups_not_host_calls() -> None:
     event); a step is a group that ran device work. Its span is the device
     work's, on the GPU where that is longest (xprof's 21.31 ms; GPU:4's is 19.87 ms), not
     the span of every execution (953 ms: host work long before the device ran)."""
-    from runlens.analyzer.steps import step_times
+    from runlens.analyzer.analysis.steps import step_times
 
     run = xplane_run(GPU_XPLANE)
     assert run.nodes.filter(pl.col("step") != 0).height == 0

@@ -22,35 +22,7 @@ Its modules, by job: `wire` (splitting RunMetadata without parsing; input errors
 (re-exported here for the code that reads them as `ingest.NODE_SCHEMA`).
 """
 
-from runlens.analyzer.ingest.graphs import (
-    DTYPE_NAMES,
-    empty_op_log,
-    ingest_graph_defs,
-    ingest_graph_file,
-    ingest_op_log_file,
-    op_log_frames,
-)
-from runlens.analyzer.ingest.stepfiles import (
-    PartitionGraphs,
-    StepBatch,
-    StepItem,
-    concat_step_frames,
-    ingest_step_files,
-    native_decoder_available,
-)
-from runlens.analyzer.ingest.stepwalk import StepFrames, decoded_frames, walk_step_bytes
-from runlens.analyzer.ingest.wire import (
-    INPUT_ERRORS,
-    MAX_MESSAGE_BYTES,
-    PARSE_ERRORS,
-    Buffer,
-    _stepstats,
-    reason,
-    split_fields,
-    split_run_metadata,
-    varint,
-)
-from runlens.analyzer.schema import (
+from ..schema import (
     ALLOCATION_SCHEMA,
     CODE_SCHEMA,
     GRAPH_NODE_SCHEMA,
@@ -62,6 +34,34 @@ from runlens.analyzer.schema import (
     OUTPUT_SCHEMA,
     THREAD_SCHEMA,
     Schema,
+)
+from .graphs import (
+    DTYPE_NAMES,
+    empty_op_log,
+    ingest_graph_defs,
+    ingest_graph_file,
+    ingest_op_log_file,
+    op_log_frames,
+)
+from .stepfiles import (
+    PartitionGraphs,
+    StepBatch,
+    StepItem,
+    concat_step_frames,
+    ingest_step_files,
+    native_decoder_available,
+)
+from .stepwalk import StepFrames, decoded_frames, walk_step_bytes
+from .wire import (
+    INPUT_ERRORS,
+    MAX_MESSAGE_BYTES,
+    PARSE_ERRORS,
+    Buffer,
+    _stepstats,
+    reason,
+    split_fields,
+    split_run_metadata,
+    varint,
 )
 
 __all__ = [

@@ -8,10 +8,10 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.errors import InputFileError
-from runlens.analyzer.ingest.wire import PARSE_ERRORS, reason
-from runlens.analyzer.proto import graph_pb2, tfprof_log_pb2, types_pb2
-from runlens.analyzer.schema import CODE_SCHEMA, GRAPH_NODE_SCHEMA, OP_LOG_SCHEMA
+from ..errors import InputFileError
+from ..proto import graph_pb2, tfprof_log_pb2, types_pb2
+from ..schema import CODE_SCHEMA, GRAPH_NODE_SCHEMA, OP_LOG_SCHEMA
+from .wire import PARSE_ERRORS, reason
 
 DTYPE_NAMES = {v.number: v.name.removeprefix("DT_").lower()
                 for v in types_pb2.DataType.DESCRIPTOR.values}

@@ -15,17 +15,17 @@ from typing import Any
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer import digest as content
-from runlens.analyzer.errors import InputFileError
-from runlens.analyzer.ingest import wire
-from runlens.analyzer.ingest.graphs import graph_nodes
-from runlens.analyzer.ingest.stepwalk import (
+from .. import digest as content
+from ..errors import InputFileError
+from . import wire
+from .graphs import graph_nodes
+from .stepwalk import (
     StepFrames,
     decoded_frames,
     no_step_stats,
     walk_step_bytes,
 )
-from runlens.analyzer.ingest.wire import (
+from .wire import (
     INPUT_ERRORS,
     MAX_MESSAGE_BYTES,
     PARSE_ERRORS,

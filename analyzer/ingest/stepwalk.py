@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.errors import InputFileError
-from runlens.analyzer.ingest.graphs import DTYPE_NAMES
-from runlens.analyzer.ingest.wire import PARSE_ERRORS, Buffer, reason
-from runlens.analyzer.model import split_keys
-from runlens.analyzer.proto import step_stats_pb2
-from runlens.analyzer.schema import (
+from ..errors import InputFileError
+from ..model import split_keys
+from ..proto import step_stats_pb2
+from ..schema import (
     ALLOCATION_SCHEMA,
     KEY_SCHEMA,
     MEMORY_SCHEMA,
@@ -24,9 +22,11 @@ from runlens.analyzer.schema import (
     THREAD_SCHEMA,
     Schema,
 )
+from .graphs import DTYPE_NAMES
+from .wire import PARSE_ERRORS, Buffer, reason
 
 if TYPE_CHECKING:
-    from runlens.analyzer._stepstats import Column, Decoded
+    from .._stepstats import Column, Decoded
 
 @dataclass
 class StepFrames:

@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 try:  # the C decoder (analyzer/_stepstats.c); optional, built at install where possible
-    from runlens.analyzer import _stepstats
+    from .. import _stepstats
 except ImportError:  # pragma: no cover - depends on the install
     _stepstats = None  # type: ignore[assignment]
 

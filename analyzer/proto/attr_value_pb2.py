@@ -22,9 +22,9 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import tensor_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__pb2
-from runlens.analyzer.proto import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
-from runlens.analyzer.proto import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
+from . import tensor_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__pb2
+from . import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
+from . import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'runlens/analyzer/proto/attr_value.proto\x12\nrunlens.tf\x1a#runlens/analyzer/proto/tensor.proto\x1a)runlens/analyzer/proto/tensor_shape.proto\x1a\"runlens/analyzer/proto/types.proto\"\xa6\x04\n\tAttrValue\x12\x0b\n\x01s\x18\x02 \x01(\x0cH\x00\x12\x0b\n\x01i\x18\x03 \x01(\x03H\x00\x12\x0b\n\x01\x66\x18\x04 \x01(\x02H\x00\x12\x0b\n\x01\x62\x18\x05 \x01(\x08H\x00\x12$\n\x04type\x18\x06 \x01(\x0e\x32\x14.runlens.tf.DataTypeH\x00\x12-\n\x05shape\x18\x07 \x01(\x0b\x32\x1c.runlens.tf.TensorShapeProtoH\x00\x12)\n\x06tensor\x18\x08 \x01(\x0b\x32\x17.runlens.tf.TensorProtoH\x00\x12/\n\x04list\x18\x01 \x01(\x0b\x32\x1f.runlens.tf.AttrValue.ListValueH\x00\x12(\n\x04\x66unc\x18\n \x01(\x0b\x32\x18.runlens.tf.NameAttrListH\x00\x12\x15\n\x0bplaceholder\x18\t \x01(\tH\x00\x1a\xe9\x01\n\tListValue\x12\t\n\x01s\x18\x02 \x03(\x0c\x12\r\n\x01i\x18\x03 \x03(\x03\x42\x02\x10\x01\x12\r\n\x01\x66\x18\x04 \x03(\x02\x42\x02\x10\x01\x12\r\n\x01\x62\x18\x05 \x03(\x08\x42\x02\x10\x01\x12&\n\x04type\x18\x06 \x03(\x0e\x32\x14.runlens.tf.DataTypeB\x02\x10\x01\x12+\n\x05shape\x18\x07 \x03(\x0b\x32\x1c.runlens.tf.TensorShapeProto\x12\'\n\x06tensor\x18\x08 \x03(\x0b\x32\x17.runlens.tf.TensorProto\x12&\n\x04\x66unc\x18\t \x03(\x0b\x32\x18.runlens.tf.NameAttrListB\x07\n\x05value\"\x92\x01\n\x0cNameAttrList\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x04\x61ttr\x18\x02 \x03(\x0b\x32\".runlens.tf.NameAttrList.AttrEntry\x1a\x42\n\tAttrEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x15.runlens.tf.AttrValue:\x02\x38\x01\x62\x06proto3')

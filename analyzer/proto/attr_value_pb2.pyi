@@ -1,6 +1,6 @@
-from runlens.analyzer.proto import tensor_pb2 as _tensor_pb2
-from runlens.analyzer.proto import tensor_shape_pb2 as _tensor_shape_pb2
-from runlens.analyzer.proto import types_pb2 as _types_pb2
+from . import tensor_pb2 as _tensor_pb2
+from . import tensor_shape_pb2 as _tensor_shape_pb2
+from . import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

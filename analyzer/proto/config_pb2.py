@@ -22,9 +22,9 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import cost_graph_pb2 as runlens_dot_analyzer_dot_proto_dot_cost__graph__pb2
-from runlens.analyzer.proto import graph_pb2 as runlens_dot_analyzer_dot_proto_dot_graph__pb2
-from runlens.analyzer.proto import step_stats_pb2 as runlens_dot_analyzer_dot_proto_dot_step__stats__pb2
+from . import cost_graph_pb2 as runlens_dot_analyzer_dot_proto_dot_cost__graph__pb2
+from . import graph_pb2 as runlens_dot_analyzer_dot_proto_dot_graph__pb2
+from . import step_stats_pb2 as runlens_dot_analyzer_dot_proto_dot_step__stats__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#runlens/analyzer/proto/config.proto\x12\nrunlens.tf\x1a\'runlens/analyzer/proto/cost_graph.proto\x1a\"runlens/analyzer/proto/graph.proto\x1a\'runlens/analyzer/proto/step_stats.proto\"0\n\x0fSessionMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xbe\x03\n\x0bRunMetadata\x12)\n\nstep_stats\x18\x01 \x01(\x0b\x32\x15.runlens.tf.StepStats\x12,\n\ncost_graph\x18\x02 \x01(\x0b\x32\x18.runlens.tf.CostGraphDef\x12.\n\x10partition_graphs\x18\x03 \x03(\x0b\x32\x14.runlens.tf.GraphDef\x12?\n\x0f\x66unction_graphs\x18\x04 \x03(\x0b\x32&.runlens.tf.RunMetadata.FunctionGraphs\x12\x35\n\x10session_metadata\x18\x05 \x01(\x0b\x32\x1b.runlens.tf.SessionMetadata\x1a\xad\x01\n\x0e\x46unctionGraphs\x12.\n\x10partition_graphs\x18\x01 \x03(\x0b\x32\x14.runlens.tf.GraphDef\x12\x34\n\x16pre_optimization_graph\x18\x02 \x01(\x0b\x32\x14.runlens.tf.GraphDef\x12\x35\n\x17post_optimization_graph\x18\x03 \x01(\x0b\x32\x14.runlens.tf.GraphDefb\x06proto3')

@@ -1,6 +1,6 @@
-from runlens.analyzer.proto import cost_graph_pb2 as _cost_graph_pb2
-from runlens.analyzer.proto import graph_pb2 as _graph_pb2
-from runlens.analyzer.proto import step_stats_pb2 as _step_stats_pb2
+from . import cost_graph_pb2 as _cost_graph_pb2
+from . import graph_pb2 as _graph_pb2
+from . import step_stats_pb2 as _step_stats_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -22,8 +22,8 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import node_def_pb2 as runlens_dot_analyzer_dot_proto_dot_node__def__pb2
-from runlens.analyzer.proto import versions_pb2 as runlens_dot_analyzer_dot_proto_dot_versions__pb2
+from . import node_def_pb2 as runlens_dot_analyzer_dot_proto_dot_node__def__pb2
+from . import versions_pb2 as runlens_dot_analyzer_dot_proto_dot_versions__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"runlens/analyzer/proto/graph.proto\x12\nrunlens.tf\x1a%runlens/analyzer/proto/node_def.proto\x1a%runlens/analyzer/proto/versions.proto\"x\n\x08GraphDef\x12!\n\x04node\x18\x01 \x03(\x0b\x32\x13.runlens.tf.NodeDef\x12(\n\x08versions\x18\x04 \x01(\x0b\x32\x16.runlens.tf.VersionDef\x12\x13\n\x07version\x18\x03 \x01(\x05\x42\x02\x18\x01J\x04\x08\x02\x10\x03J\x04\x08\x05\x10\x06\x62\x06proto3')

@@ -1,5 +1,5 @@
-from runlens.analyzer.proto import node_def_pb2 as _node_def_pb2
-from runlens.analyzer.proto import versions_pb2 as _versions_pb2
+from . import node_def_pb2 as _node_def_pb2
+from . import versions_pb2 as _versions_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

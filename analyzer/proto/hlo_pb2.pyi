@@ -1,4 +1,4 @@
-from runlens.analyzer.proto import xla_data_pb2 as _xla_data_pb2
+from . import xla_data_pb2 as _xla_data_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -5,11 +5,13 @@ Usage, from the repository root::
     python -m runlens.analyzer.proto.regenerate          # rewrite generated modules
     python -m runlens.analyzer.proto.regenerate --check  # exit 1 if any is stale
 
-Every ``analyzer/proto/*.proto`` is compiled with ``grpc_tools.protoc`` using
-the repository root as the only include path (``-I .``), by its path through the
-``runlens/analyzer`` link (``runlens/analyzer/proto/step_stats.proto``), so the
-generated imports read ``from runlens.analyzer.proto import step_stats_pb2``, the
-name runlens installs them under. Files are compiled
+Every ``analyzer/proto/*.proto`` is copied into a temporary tree under its installed
+path (``runlens/analyzer/proto/step_stats.proto``: the name each file is registered
+under in protobuf's descriptor pool, which must not collide with TensorFlow's own
+``tensorflow/core/...`` files) and compiled there with ``grpc_tools.protoc`` (``-I``
+that tree). protoc writes absolute imports (``from runlens.analyzer.proto import
+step_stats_pb2``); they are rewritten to relative ones (``from . import step_stats_pb2``),
+as every import inside the package is. Files are compiled
 in sorted order into a temporary directory and then compared with (or copied
 over) the committed ones, so the result is deterministic for a given
 grpcio-tools version. Only files whose content changed are rewritten.
@@ -35,10 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PROTO_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PROTO_DIR.parents[1]
-# Package path of the generated modules, relative to REPO_ROOT: their import name
-# (runlens/analyzer links to analyzer/).
+# Package path of the generated modules in the temporary tree: their installed name.
 PACKAGE_REL = Path("runlens", PROTO_DIR.parent.name, PROTO_DIR.name)
+_ABSOLUTE_IMPORT = re.compile(rb"^from runlens\.analyzer\.proto import ", re.MULTILINE)
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 _VERSION_HEADER = re.compile(r"^# Protobuf Python Version: (\S+)$", re.MULTILINE)
@@ -49,7 +50,7 @@ class RegenerateError(RuntimeError):
 
 
 def proto_files() -> list[Path]:
-    """The .proto sources, as paths relative to REPO_ROOT, in sorted order."""
+    """The .proto sources, as paths relative to the temporary tree, in sorted order."""
     return sorted(PACKAGE_REL / p.name for p in PROTO_DIR.glob("*.proto"))
 
 
@@ -80,21 +81,25 @@ def generate() -> dict[str, bytes]:
     if not protos:
         raise RegenerateError(f"no .proto files in {PROTO_DIR}")
     with tempfile.TemporaryDirectory(prefix="runlens-protoc-") as tmp:
+        src = Path(tmp, "src")
+        (src / PACKAGE_REL).mkdir(parents=True)
+        for p in protos:
+            (src / p).write_bytes((PROTO_DIR / p.name).read_bytes())
         cmd = [
             *_protoc_cmd(),
-            "-I.",
+            f"-I{src}",
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             *(p.as_posix() for p in protos),
         ]
-        res = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise RegenerateError(
                 f"protoc failed (exit {res.returncode}):\n{res.stderr}{res.stdout}"
             )
         out_dir = Path(tmp) / PACKAGE_REL
         generated = {
-            p.name: p.read_bytes()
+            p.name: _ABSOLUTE_IMPORT.sub(b"from . import ", p.read_bytes())
             for p in sorted(out_dir.iterdir())
             if p.is_file() and p.name.endswith(GENERATED_SUFFIXES)
         }

@@ -22,8 +22,8 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
-from runlens.analyzer.proto import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
+from . import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
+from . import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,runlens/analyzer/proto/resource_handle.proto\x12\nrunlens.tf\x1a)runlens/analyzer/proto/tensor_shape.proto\x1a\"runlens/analyzer/proto/types.proto\"\xa5\x02\n\x13ResourceHandleProto\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x11\n\tcontainer\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\thash_code\x18\x04 \x01(\x04\x12\x17\n\x0fmaybe_type_name\x18\x05 \x01(\t\x12H\n\x11\x64types_and_shapes\x18\x06 \x03(\x0b\x32-.runlens.tf.ResourceHandleProto.DtypeAndShape\x1a\x61\n\rDtypeAndShape\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.runlens.tf.DataType\x12+\n\x05shape\x18\x02 \x01(\x0b\x32\x1c.runlens.tf.TensorShapeProtoJ\x04\x08\x07\x10\x08\x62\x06proto3')

@@ -22,9 +22,9 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import allocation_description_pb2 as runlens_dot_analyzer_dot_proto_dot_allocation__description__pb2
-from runlens.analyzer.proto import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
-from runlens.analyzer.proto import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
+from . import allocation_description_pb2 as runlens_dot_analyzer_dot_proto_dot_allocation__description__pb2
+from . import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
+from . import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/runlens/analyzer/proto/tensor_description.proto\x12\nrunlens.tf\x1a\x33runlens/analyzer/proto/allocation_description.proto\x1a)runlens/analyzer/proto/tensor_shape.proto\x1a\"runlens/analyzer/proto/types.proto\"\xa8\x01\n\x11TensorDescription\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.runlens.tf.DataType\x12+\n\x05shape\x18\x02 \x01(\x0b\x32\x1c.runlens.tf.TensorShapeProto\x12\x41\n\x16\x61llocation_description\x18\x04 \x01(\x0b\x32!.runlens.tf.AllocationDescriptionb\x06proto3')

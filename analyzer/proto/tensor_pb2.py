@@ -22,9 +22,9 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from runlens.analyzer.proto import resource_handle_pb2 as runlens_dot_analyzer_dot_proto_dot_resource__handle__pb2
-from runlens.analyzer.proto import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
-from runlens.analyzer.proto import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
+from . import resource_handle_pb2 as runlens_dot_analyzer_dot_proto_dot_resource__handle__pb2
+from . import tensor_shape_pb2 as runlens_dot_analyzer_dot_proto_dot_tensor__shape__pb2
+from . import types_pb2 as runlens_dot_analyzer_dot_proto_dot_types__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#runlens/analyzer/proto/tensor.proto\x12\nrunlens.tf\x1a,runlens/analyzer/proto/resource_handle.proto\x1a)runlens/analyzer/proto/tensor_shape.proto\x1a\"runlens/analyzer/proto/types.proto\"\xa0\x04\n\x0bTensorProto\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.runlens.tf.DataType\x12\x32\n\x0ctensor_shape\x18\x02 \x01(\x0b\x32\x1c.runlens.tf.TensorShapeProto\x12\x16\n\x0eversion_number\x18\x03 \x01(\x05\x12\x16\n\x0etensor_content\x18\x04 \x01(\x0c\x12\x14\n\x08half_val\x18\r \x03(\x05\x42\x02\x10\x01\x12\x15\n\tfloat_val\x18\x05 \x03(\x02\x42\x02\x10\x01\x12\x16\n\ndouble_val\x18\x06 \x03(\x01\x42\x02\x10\x01\x12\x13\n\x07int_val\x18\x07 \x03(\x05\x42\x02\x10\x01\x12\x12\n\nstring_val\x18\x08 \x03(\x0c\x12\x18\n\x0cscomplex_val\x18\t \x03(\x02\x42\x02\x10\x01\x12\x15\n\tint64_val\x18\n \x03(\x03\x42\x02\x10\x01\x12\x14\n\x08\x62ool_val\x18\x0b \x03(\x08\x42\x02\x10\x01\x12\x18\n\x0c\x64\x63omplex_val\x18\x0c \x03(\x01\x42\x02\x10\x01\x12<\n\x13resource_handle_val\x18\x0e \x03(\x0b\x32\x1f.runlens.tf.ResourceHandleProto\x12\x37\n\x0bvariant_val\x18\x0f \x03(\x0b\x32\".runlens.tf.VariantTensorDataProto\x12\x16\n\nuint32_val\x18\x10 \x03(\rB\x02\x10\x01\x12\x16\n\nuint64_val\x18\x11 \x03(\x04\x42\x02\x10\x01\x12\x12\n\nfloat8_val\x18\x12 \x01(\x0c\"g\n\x16VariantTensorDataProto\x12\x11\n\ttype_name\x18\x01 \x01(\t\x12\x10\n\x08metadata\x18\x02 \x01(\x0c\x12(\n\x07tensors\x18\x03 \x03(\x0b\x32\x17.runlens.tf.TensorProtob\x06proto3')

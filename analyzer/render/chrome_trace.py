@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
-from runlens.analyzer.background import Background
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.model import Run
-from runlens.analyzer.rundir import check_output, check_output_dir
-from runlens.analyzer.timeline import TimelineOptions, Trace, build_trace
+from ..background import Background
+from ..errors import RunlensError
+from ..model import Run
+from ..rundir import check_output, check_output_dir
+from ..timeline import TimelineOptions, Trace, build_trace
 
 Progress = Callable[[int, int], None]
 

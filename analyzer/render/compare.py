@@ -15,8 +15,8 @@ import math
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from runlens.analyzer.compare import Comparison
-from runlens.analyzer.render.units import fmt_us, p_value3
+from ..gate.compare import Comparison
+from .units import fmt_us, p_value3
 
 SCHEMA = 2
 KIND_LABEL = {"step": "step", "op": "op type", "scope": "scope"}

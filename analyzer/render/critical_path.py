@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from runlens.analyzer.graph import CriticalPath
-from runlens.analyzer.render.units import fmt_us
+from ..analysis.graph import CriticalPath
+from .units import fmt_us
 
 
 def critical_path_text(cp: CriticalPath) -> str:

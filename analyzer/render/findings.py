@@ -8,7 +8,7 @@ import re
 import textwrap
 from typing import Any
 
-from runlens.analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
+from .units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
 
 SCHEMA = 1
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gzip
 
-from runlens.analyzer.proto import profile_pb2
-from runlens.analyzer.render.stacks import SAMPLE_TYPES, Frame, frame, stacks
-from runlens.analyzer.views import View
+from ..analysis.views import View
+from ..proto import profile_pb2
+from .stacks import SAMPLE_TYPES, Frame, frame, stacks
 
 
 def view_pprof(view: View) -> bytes:

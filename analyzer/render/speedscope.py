@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runlens.analyzer.render.stacks import SAMPLE_TYPES, Frame, frame, stacks
-from runlens.analyzer.views import View
+from ..analysis.views import View
+from .stacks import SAMPLE_TYPES, Frame, frame, stacks
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.render.views import TREE_VIEWS
-from runlens.analyzer.views import View
+from ..analysis.views import View
+from ..errors import RunlensError
+from .views import TREE_VIEWS
 
 # Metric column -> (sample type, unit) of the flame-graph formats; time first.
 SAMPLE_TYPES = {"micros": ("time", "microseconds"), "requested_bytes": ("memory", "bytes")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runlens.analyzer.render.units import fmt_us, lacks_by_reason
+from .units import fmt_us, lacks_by_reason
 
 SCHEMA = 1
 

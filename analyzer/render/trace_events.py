@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from runlens.analyzer.render.jsonfrag import jlist, jstr
-from runlens.analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
+from .jsonfrag import jlist, jstr
+from .jsonrows import Int, Lists, Rows, Text, Texts
 
 
 def node_json() -> dict[str, pl.Expr]:

@@ -9,8 +9,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from runlens.analyzer.render.units import fmt_bytes, fmt_count, fmt_us
-from runlens.analyzer.views import ALL_METRICS, View
+from ..analysis.views import ALL_METRICS, View
+from .units import fmt_bytes, fmt_count, fmt_us
 
 SCHEMA = 1
 # select name -> (metric column, formatter, header)
@@ -143,10 +143,10 @@ def _flame(fmt: str) -> Callable[[View], str | bytes]:
     """speedscope and pprof files, imported on use (pprof needs the generated proto)."""
     def render(view: View) -> str | bytes:
         if fmt == "pprof":
-            from runlens.analyzer.render.pprof import view_pprof
+            from .pprof import view_pprof
 
             return view_pprof(view)
-        from runlens.analyzer.render.speedscope import view_speedscope
+        from .speedscope import view_speedscope
 
         return view_speedscope(view)
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runlens.analyzer.compare import Comparison, Samples
-from runlens.analyzer.model import Run
+from ..gate.compare import Comparison, Samples
+from ..model import Run
 
 
 def run_page(run: Run, findings: Sequence[Any], source: str, steps: Any = None) -> str:
     """The report of one run; `findings` are the advisor's (checkers.run_checks), over
-    the steps `steps` (an analyzer.stepselect.StepChoice; default: warm-up and outlier
+    the steps `steps` (an analyzer.analysis.stepselect.StepChoice; default: warm-up and outlier
     steps left out) keeps."""
-    from runlens.analyzer.report.page import page, run_body
-    from runlens.analyzer.report.run_data import run_data
+    from .page import page, run_body
+    from .run_data import run_data
 
     data = run_data(run, findings, source, steps)
     return page(f"runlens report: {source}", run_body(data), data)
@@ -28,8 +28,8 @@ def run_page(run: Run, findings: Sequence[Any], source: str, steps: Any = None) 
 
 def compare_page(comparison: Comparison, base: Samples, new: Samples) -> str:
     """The report of a comparison, from compare()'s result and the samples it compared."""
-    from runlens.analyzer.report.compare_data import compare_data
-    from runlens.analyzer.report.page import compare_body, page
+    from .compare_data import compare_data
+    from .page import compare_body, page
 
     data = compare_data(comparison, base, new)
     return page(f"runlens comparison: {comparison.base} vs {comparison.new}",

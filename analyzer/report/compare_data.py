@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.compare import Comparison, Samples
-from runlens.analyzer.render.units import p_value3
+from ..gate.compare import Comparison, Samples
+from ..render.units import p_value3
 
 MOVED = ("regression", "improvement", "new", "vanished")
 STEP_TIME = "step time"  # the step-level metric drawn as distributions

@@ -14,7 +14,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from runlens.analyzer.render.units import fmt_bytes, fmt_us
+from ..render.units import fmt_bytes, fmt_us
 
 SEVERITY_ORDER = ("error", "warning", "info")
 
@@ -22,7 +22,7 @@ SEVERITY_ORDER = ("error", "warning", "info")
 @cache
 def asset(name: str) -> str:
     """A file of this package (report.js, report.css, vendor/echarts.min.js)."""
-    return resources.files("runlens.analyzer.report").joinpath(name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
 def embed_json(data: Any) -> str:

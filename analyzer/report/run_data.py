@@ -16,17 +16,17 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.graph import critical_path, no_dataflow
-from runlens.analyzer.model import Run, kernel_label_expr
-from runlens.analyzer.nodestats import node_stats
-from runlens.analyzer.render.critical_path import critical_path_json
-from runlens.analyzer.render.units import fmt_us
-from runlens.analyzer.render.views import view_doc
-from runlens.analyzer.steps import median_step, step_times
-from runlens.analyzer.steps import summary as run_summary
-from runlens.analyzer.stepselect import StepChoice, analysed
-from runlens.analyzer.views import VIEWS, ViewOptions
-from runlens.analyzer.warmup import flag_steps
+from ..analysis.graph import critical_path, no_dataflow
+from ..analysis.nodestats import node_stats
+from ..analysis.steps import median_step, step_times
+from ..analysis.steps import summary as run_summary
+from ..analysis.stepselect import StepChoice, analysed
+from ..analysis.views import VIEWS, ViewOptions
+from ..analysis.warmup import flag_steps
+from ..model import Run, kernel_label_expr
+from ..render.critical_path import critical_path_json
+from ..render.units import fmt_us
+from ..render.views import view_doc
 
 # The command line's defaults of the view commands (cli._view_options), so the embedded
 # documents equal `analyze ops|scopes|code --format json` (tests/test_report.py).
@@ -39,7 +39,7 @@ MAX_NODES_PER_TYPE = 25  # nodes of an op type in the drill-down (the rest as on
 def run_data(run: Run, findings: Sequence[Any], source: str,
              steps: StepChoice | None = None) -> dict[str, Any]:
     """Everything the run page shows, as JSON-ready data, over the steps `steps` keeps
-    (analyzer.stepselect; the step chart shows every step, the left-out ones marked)."""
+    (analyzer.analysis.stepselect; the step chart shows every step, the left-out ones marked)."""
     steps = steps or StepChoice()
     chosen = analysed(run, steps)
     options = VIEW_OPTIONS.with_(include_warmup=steps.include_warmup, first_step=steps.first,
@@ -124,7 +124,7 @@ def steps_section(run: Run) -> dict[str, Any]:
         return {"missing": "No steps in this source."}
     flagged = flag_steps(times).with_columns(pl.col("step_us").round(1))
     return {"rows": flagged.to_dicts(),
-            "rule": "warm-up and outliers by analyzer.warmup.flag_steps"}
+            "rule": "warm-up and outliers by analyzer.analysis.warmup.flag_steps"}
 
 
 def critical_path_section(run: Run) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from runlens.analyzer import schema
-from runlens.analyzer.errors import RunDirError
+from .. import schema
+from ..errors import RunDirError
 
 Progress = Callable[[int, int], None]
 
@@ -112,7 +112,7 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
         if source.accepts(p):
             return source
     if p.is_file():  # a damaged copy of a profile: say how it was damaged, not what we read
-        from runlens.analyzer.sources import damage
+        from . import damage
         try:
             with p.open("rb") as f:
                 why = damage.hint(f.read(65536))
@@ -148,7 +148,7 @@ def empty_frames(worker: str) -> dict[str, pl.DataFrame]:
 def split_nodes(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """A plain `nodes` frame (NODE_SCHEMA's numbers but key_id, plus RAW_KEY_COLUMNS) ->
     (executions, keys): each distinct key once, numbered in order of appearance."""
-    from runlens.analyzer.model import split_keys
+    from ..model import split_keys
 
     numbers = [c for c in schema.NODE_SCHEMA if c != "key_id"]
     rows = nodes.select(*numbers, *RAW_KEY_COLUMNS).cast(

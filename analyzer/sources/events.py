@@ -17,12 +17,12 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer import ingest
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.proto import event_pb2
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
-from runlens.analyzer.sources.stepnumbers import distinct_steps, number_in
-from runlens.analyzer.sources.stepstats import frames_from_run_metadata
+from .. import ingest
+from ..errors import InputFileError, RunDirError
+from ..proto import event_pb2
+from . import Part, Progress, Selection, SourceFrames
+from .stepnumbers import distinct_steps, number_in
+from .stepstats import frames_from_run_metadata
 
 _META_GRAPH_GRAPH_DEF = 2  # MetaGraphDef.graph_def
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
-from runlens.analyzer import rundir
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
+from .. import rundir
+from . import Part, Progress, Selection, SourceFrames
 
 
 class RunDirSource:
@@ -36,7 +36,7 @@ class RunDirSource:
                 for run in rundir.find_runs(path, workers=chosen.workers)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        from runlens.analyzer.load import _load_run_dir
+        from ..load import _load_run_dir
 
         frames, warnings, digests = _load_run_dir(part.detail, jobs, progress, digests=True)
         return SourceFrames(frames, warnings, lacks(part.detail, frames), digests=digests)

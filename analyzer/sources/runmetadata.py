@@ -20,11 +20,11 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.proto import config_pb2, graph_pb2
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
-from runlens.analyzer.sources.stepnumbers import by_number, distinct_steps, number_in
-from runlens.analyzer.sources.stepstats import frames_from_run_metadata
+from ..errors import InputFileError, RunDirError
+from ..proto import config_pb2, graph_pb2
+from . import Part, Progress, Selection, SourceFrames
+from .stepnumbers import by_number, distinct_steps, number_in
+from .stepstats import frames_from_run_metadata
 
 SUFFIXES = (".pb", ".pbtxt", ".pb.txt", ".txt", ".textproto")
 _TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")

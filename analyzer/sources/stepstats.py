@@ -13,9 +13,9 @@ import hashlib
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer import ingest, schema
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.sources import Part, SourceFrames, damage
+from .. import ingest, schema
+from ..errors import InputFileError, RunDirError
+from . import Part, SourceFrames, damage
 
 # (global step, serialized RunMetadata, what to call it in messages)
 StepBytes = tuple[int, bytes, str]

@@ -30,14 +30,14 @@ import numpy as np
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer import ingest
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.proto import graph_pb2, tfprof_log_pb2
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames, damage
+from .. import ingest
+from ..errors import InputFileError, RunDirError
+from ..proto import graph_pb2, tfprof_log_pb2
+from . import Part, Progress, Selection, SourceFrames, damage
 
 _tfprof: types.ModuleType | None
 try:  # the C reader of the runs (analyzer/_tfprof.c); optional, built at install if possible
-    import runlens.analyzer._tfprof as _tfprof_module
+    from .. import _tfprof as _tfprof_module
     _tfprof = _tfprof_module
 except ImportError:  # pragma: no cover - without a compiler: the protobuf walk, same frames
     _tfprof = None

@@ -42,9 +42,9 @@ try:  # 2-3x faster than json on ProfilerHook's files (benchmarks/README.md "Sou
 except ImportError:  # pragma: no cover - orjson is a dependency; json does the same work
     _fast_loads = json.loads  # type: ignore[assignment]
 
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
-from runlens.analyzer.sources.stepnumbers import by_number, distinct_steps, number_in
+from ..errors import InputFileError, RunDirError
+from . import Part, Progress, Selection, SourceFrames
+from .stepnumbers import by_number, distinct_steps, number_in
 
 Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"

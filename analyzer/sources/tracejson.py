@@ -29,12 +29,12 @@ try:  # 2-3x faster than json on large traces (benchmarks/README.md "Sources")
 except ImportError:  # pragma: no cover - orjson is a dependency; json does the same work
     _fast_loads = json.loads  # type: ignore[assignment]
 
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.proto import xplane_pb2
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames, damage
-from runlens.analyzer.sources.xplane import SUFFIX as XPLANE_SUFFIX
-from runlens.analyzer.sources.xplane import profile_runs, read_file
-from runlens.analyzer.sources.xplane_wire import Plane
+from ..errors import InputFileError, RunDirError
+from ..proto import xplane_pb2
+from . import Part, Progress, Selection, SourceFrames, damage
+from .xplane import SUFFIX as XPLANE_SUFFIX
+from .xplane import profile_runs, read_file
+from .xplane_wire import Plane
 
 SUFFIXES = (".trace.json.gz", ".trace.json")
 # The first process of the trace viewer's JSON is a plane: "/host:CPU", "/device:GPU:0".

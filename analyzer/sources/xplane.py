@@ -3,7 +3,7 @@
 Accepts a single `.xplane.pb`, a profile run folder holding several (one per host: each
 is a worker), or a TensorBoard logdir (`plugins/profile/<run>/`: the newest run, or the
 one `parts(path, Selection(profile_run=...))` names). The function graphs that
-analyzer.capture_tf2 writes beside a TF2 profile (`runlens.graphs.pb`) give the dataflow
+analyzer.capture.tf2 writes beside a TF2 profile (`runlens.graphs.pb`) give the dataflow
 graph and op types. Reading the XSpace itself is xplane_read's job; the mapping of its
 events onto runlens's lanes and steps is described in docs/xplane.md.
 """
@@ -15,17 +15,17 @@ from pathlib import Path
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer import ingest, schema
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.proto import config_pb2
-from runlens.analyzer.sources import Part, Progress, Selection, SourceFrames
-from runlens.analyzer.sources.xplane_hlo import program_ops
-from runlens.analyzer.sources.xplane_read import frames_of, read_planes
-from runlens.analyzer.sources.xplane_wire import Plane
-from runlens.analyzer.sources.xplane_wire import read_planes as planes_of
+from .. import ingest, schema
+from ..errors import InputFileError, RunDirError
+from ..proto import config_pb2
+from . import Part, Progress, Selection, SourceFrames
+from .xplane_hlo import program_ops
+from .xplane_read import frames_of, read_planes
+from .xplane_wire import Plane
+from .xplane_wire import read_planes as planes_of
 
 SUFFIX = ".xplane.pb"
-GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture_tf2.GRAPHS_FILE (no TF import here)
+GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture.tf2.GRAPHS_FILE (no TF import here)
 
 LACKS_ALWAYS = {
     "outputs": "XSpace profiles record no op outputs (tensor shapes and bytes)",
@@ -164,7 +164,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
             lacks["graph"] = ("no function graphs beside the profile (capture with "
-                              "runlens.analyzer.capture_tf2 to get them)")
+                              "runlens.analyzer.capture.tf2 to get them)")
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer.proto import hlo_pb2, xla_data_pb2, xplane_pb2
+from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
 
 
 @dataclass(frozen=True)

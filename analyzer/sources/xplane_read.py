@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from runlens.analyzer import schema
-from runlens.analyzer.sources import xplane_wire
-from runlens.analyzer.sources.xplane_hlo import HloOp, program_ops
-from runlens.analyzer.sources.xplane_wire import ABSENT, OTHER, Line, Plane
+from .. import schema
+from . import xplane_wire
+from .xplane_hlo import HloOp, program_ops
+from .xplane_wire import ABSENT, OTHER, Line, Plane
 
 HOST_LANE = "/device:CPU:0"  # canonical device lane: tfprof counts it as CPU time
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")

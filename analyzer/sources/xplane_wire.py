@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from runlens.analyzer.background import Background
-from runlens.analyzer.errors import InputFileError
-from runlens.analyzer.ingest.wire import field_spans
-from runlens.analyzer.proto import xplane_pb2
-from runlens.analyzer.sources import damage
+from ..background import Background
+from ..errors import InputFileError
+from ..ingest.wire import field_spans
+from ..proto import xplane_pb2
+from . import damage
 
 try:
-    from runlens.analyzer import _xplane
+    from .. import _xplane
 except ImportError:  # not compiled here: the protobuf walk
     _xplane = None  # type: ignore[assignment]
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.background import Background
-from runlens.analyzer.graph import edge_pairs, edges, node_ids
-from runlens.analyzer.model import Run
-from runlens.analyzer.render import trace_events
-from runlens.analyzer.render.jsonrows import Texts
-from runlens.analyzer.timeline import events, flows, lanes, memory
-from runlens.analyzer.timeline.model import SCHEMA, Part, TimelineOptions, Trace
+from ..analysis.graph import edge_pairs, edges, node_ids
+from ..background import Background
+from ..model import Run
+from ..render import trace_events
+from ..render.jsonrows import Texts
+from . import events, flows, lanes, memory
+from .model import SCHEMA, Part, TimelineOptions, Trace
 
 
 def build_trace(run: Run, options: TimelineOptions) -> Trace:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.grouping import (
+from ..grouping import (
     combine,
     dense,
     group_codes,
@@ -20,11 +20,11 @@ from runlens.analyzer.grouping import (
     representatives,
     shared_codes,
 )
-from runlens.analyzer.model import Run
-from runlens.analyzer.render import trace_events
-from runlens.analyzer.render.jsonfrag import jescape
-from runlens.analyzer.render.jsonrows import Lists, Texts
-from runlens.analyzer.timeline.model import Part
+from ..model import Run
+from ..render import trace_events
+from ..render.jsonfrag import jescape
+from ..render.jsonrows import Lists, Texts
+from .model import Part
 
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)
 _GPU_LANE = r"/stream:|/memcpy"  # tf.timeline's _is_gputrace_device (case-sensitive)

@@ -9,11 +9,11 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.graph import PATH_LANES, Edges, asof_last, path_rows, path_waits
-from runlens.analyzer.render import trace_events
-from runlens.analyzer.render.jsonrows import Texts
-from runlens.analyzer.timeline.events import OP_LANES, Executions, on_lanes
-from runlens.analyzer.timeline.model import Part
+from ..analysis.graph import PATH_LANES, Edges, asof_last, path_rows, path_waits
+from ..render import trace_events
+from ..render.jsonrows import Texts
+from .events import OP_LANES, Executions, on_lanes
+from .model import Part
 
 
 def flow_pairs(ex: Executions, nid: np.ndarray, e: Edges, track: np.ndarray,

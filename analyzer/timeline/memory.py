@@ -8,12 +8,12 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.grouping import group_codes, representatives
-from runlens.analyzer.model import Run
-from runlens.analyzer.render import trace_events
-from runlens.analyzer.render.jsonfrag import jstr
-from runlens.analyzer.render.jsonrows import Texts
-from runlens.analyzer.timeline.model import Part
+from ..grouping import group_codes, representatives
+from ..model import Run
+from ..render import trace_events
+from ..render.jsonfrag import jstr
+from ..render.jsonrows import Texts
+from .model import Part
 
 
 def counters(run: Run, steps: list[int] | None, points: int

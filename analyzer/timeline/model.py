@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.render.jsonrows import Rows
+from ..render.jsonrows import Rows
 
 SCHEMA = 1
 

@@ -1,18 +1,18 @@
 """Which traced steps a timeline draws: one step, a range A:B, all, or the median-time
-step of the analysed ones (analyzer.stepselect)."""
+step of the analysed ones (analyzer.analysis.stepselect)."""
 
 from __future__ import annotations
 
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.model import Run
-from runlens.analyzer.steps import median_step
-from runlens.analyzer.stepselect import (
+from ..analysis.steps import median_step
+from ..analysis.stepselect import (
     StepChoice,
     analysed,
     parse_step_range,
     require_traced,
     short_steps,
 )
+from ..errors import RunlensError
+from ..model import Run
 
 
 def select_steps(run: Run, step: int | None = None, step_range: str | None = None,
@@ -21,7 +21,7 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
     """The steps to draw and a note saying how they were chosen.
 
     At most one of step / step_range / all_steps (the CLI checks); none: the median-time
-    step of the steps `choice` keeps (warm-up and outliers left out: analyzer.stepselect),
+    step of the steps `choice` keeps (warm-up and outliers left out: analyzer.analysis.stepselect),
     or every step when `default_all`, as for one file per step."""
     traced = run.steps
     where = ", ".join(map(str, run.paths)) or "run"

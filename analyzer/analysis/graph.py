@@ -15,8 +15,8 @@ import networkx as nx
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.grouping import combine, shared_codes
-from runlens.analyzer.model import Run, kernel_label_expr
+from ..grouping import combine, shared_codes
+from ..model import Run, kernel_label_expr
 
 
 def edges(run: Run) -> pl.DataFrame:

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from runlens.analyzer.errors import RunlensError
+from ..errors import RunlensError
 
 ORDER_BY = {
     "name": "name", "bytes": "requested_bytes", "peak_bytes": "peak_bytes",
@@ -48,7 +48,7 @@ class ViewOptions:
     False hides rows whose numbers are all zero, `max_depth` counts from the first visible
     level unless `depth_from_root` (tfprof counts its hidden root), and the code view
     hides library frames unless `library_frames`; step -1 averages over the steps
-    analyzer.stepselect keeps (warm-up and outliers left out) unless `include_warmup`.
+    analyzer.analysis.stepselect keeps (warm-up and outliers left out) unless `include_warmup`.
     `ViewOptions.tfprof(...)` sets all five to tfprof's behaviour. Regexes must match a
     whole name."""
 
@@ -76,7 +76,7 @@ class ViewOptions:
     zero_rows: bool = False
     depth_from_root: bool = False
     library_frames: bool = False
-    # Which steps step -1 averages (analyzer.stepselect): warm-up and outlier steps are
+    # Which steps step -1 averages (analyzer.analysis.stepselect): warm-up and outlier steps are
     # left out unless include_warmup (tfprof averages over every step); first/last_step
     # restrict to a range (--steps A:B).
     include_warmup: bool = False

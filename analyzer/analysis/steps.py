@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.model import Run
+from ..model import Run
 
 
 def step_times(run: Run) -> pl.DataFrame:
@@ -42,10 +42,10 @@ def median_step(run: Run) -> int:
 
 def summary(run: Run, choice: Any = None) -> dict:
     """What `analyze summary` prints: shape of the run and step-time statistics over the
-    steps `choice` keeps (analyzer.stepselect.StepChoice; default: warm-up and outlier
+    steps `choice` keeps (analyzer.analysis.stepselect.StepChoice; default: warm-up and outlier
     steps left out), the steps left out and why, every step's time, and what the input
     lacks."""
-    from runlens.analyzer.stepselect import StepChoice, chosen_steps, left_out
+    from .stepselect import StepChoice, chosen_steps, left_out
 
     choice = choice or StepChoice()
     flags = chosen_steps(run, choice)

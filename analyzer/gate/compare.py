@@ -2,12 +2,13 @@
 
 A run is reduced to `Samples`: for each traced step (per worker), the step time and the
 time of each op type and each name scope (tfprof's micros per execution, summed). A
-baseline file (analyzer.baseline) is exactly these samples as JSON.
+baseline file (analyzer.gate.baseline) is exactly these samples as JSON.
 
 The decision is documented, with its measured false-alarm and detection rates, in
-docs/ci.md: warm-up and outlier steps are left out (analyzer.warmup), the new run is divided
-by machine factors (per node-duration class, analyzer.machinefactor: a uniformly slower
-machine, or one whose tiny ops run slower, is not a regression), step time is tested
+docs/ci.md: warm-up and outlier steps are left out (analyzer.analysis.warmup), the new
+run is divided by machine factors (per node-duration class, analyzer.gate.machinefactor:
+a uniformly slower machine, or one whose tiny ops run slower, is not a regression), step
+time is tested
 alone and scopes/op types as one Benjamini-Hochberg family, with exact Mann-Whitney
 p-values, and every call also needs a Hodges-Lehmann change above an effect-size floor
 measured between separate runs.
@@ -22,8 +23,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
-from runlens.analyzer.baseruns import (
+from ..analysis.steps import step_times
+from ..analysis.warmup import flag_steps
+from ..errors import InputFileError, RunDirError
+from ..model import Run
+from .baseline import BASELINE_KIND, BASELINE_SCHEMA, load_baseline, save_baseline
+from .baseruns import (
     n_runs,
     normalize_runs,
     pooled_node_medians,
@@ -32,17 +37,13 @@ from runlens.analyzer.baseruns import (
     run_spread,
     step_label,
 )
-from runlens.analyzer.errors import InputFileError, RunDirError
-from runlens.analyzer.machinefactor import metric_factors
-from runlens.analyzer.model import Run
-from runlens.analyzer.stats import (
+from .machinefactor import metric_factors
+from .stats import (
     benjamini_hochberg,
     hodges_lehmann,
     mann_whitney_greater,
     smallest_p,
 )
-from runlens.analyzer.steps import step_times
-from runlens.analyzer.warmup import flag_steps
 
 __all__ = ["BASELINE_KIND", "BASELINE_SCHEMA", "Comparison", "Samples", "compare",
            "is_baseline_file", "load_baseline", "samples_from_run", "save_baseline"]
@@ -76,7 +77,7 @@ STEP_FLOORS = {STEP_TIME: 0.50, OP_TIME: 0.10}
 WALL_GATES_SHARED = False
 SCOPE_FLOORS = ((0.10, 0.50), (0.03, 0.50), (NOISE_FLOOR, 1.20))  # (share >=, floor)
 # A scope of >= 3% whose time is mostly divided by its own size class (no nodes of the
-# same kernel and size outside it, analyzer.machinefactor) keeps the floor chosen for that
+# same kernel and size outside it, analyzer.gate.machinefactor) keeps the floor chosen for that
 # method: a regression there moves the factor it is divided by, and so does a process
 # that runs one kernel slower (tf_base_a: every optimizer update 3x slower).
 SCOPE_FLOOR_NO_PEERS = 0.60
@@ -166,7 +167,7 @@ def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
 def is_baseline_file(path: Path) -> bool:
     """A .json file that no source reads as a profile (a tf.timeline trace is a .json
     too); InputFileError when the path cannot even be looked at."""
-    from runlens.analyzer.sources import detect
+    from ..sources import detect
 
     try:
         if not (path.is_file() and path.suffix == ".json"):
@@ -188,7 +189,7 @@ def _step_number(sample: pl.Expr) -> pl.Expr:
 
 
 def warmup_steps(s: Samples) -> pl.DataFrame:
-    """The run's steps with outlier and warm-up flags (analyzer.warmup's rule)."""
+    """The run's steps with outlier and warm-up flags (analyzer.analysis.warmup's rule)."""
     steps = s.samples.filter(pl.col("name") == STEP_TIME).select(
         "sample", worker=pl.col("sample").str.replace(r"/\d+$", ""),
         step=_step_number(pl.col("sample")), step_us="value_us")
@@ -288,7 +289,7 @@ def _align(base: Samples, new: Samples, kinds: list[str]):
 
 def _outliers(base: Samples, new: Samples, keep: bool) -> tuple[Samples, Samples, dict,
                                                                   dict]:
-    """Leave out each side's warm-up and outlier steps (analyzer.warmup), unless `keep`."""
+    """Leave out each side's warm-up and outlier steps (analyzer.analysis.warmup), unless `keep`."""
     excluded: dict[str, list[str]] = {}
     outliers: dict[str, list[str]] = {}
     out = []
@@ -370,7 +371,7 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
     spread = np.full(len(keys), np.nan)
     if k_runs >= 2 and nb:
         # Several base runs: each metric's floor from the spread of the runs' own medians
-        # (analyzer.baseruns), wherever the size class lets the metric be called at all.
+        # (analyzer.gate.baseruns), wherever the size class lets the metric be called at all.
         spread = run_spread(b, b_runs)
         by_class = np.array([np.nan if f is None else f for f in floors])
         by_runs = run_floors([m[0] for m in keys], spread, by_class, share)

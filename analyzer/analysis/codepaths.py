@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from runlens.analyzer import products
-from runlens.analyzer.model import Run
+from .. import products
+from ..model import Run
 
 # Packages whose frames are not the user's code (in site-packages or dist-packages).
 LIBRARY_PACKAGES = ("tensorflow", "tensorflow_core", "tensorflow_estimator", "keras",

@@ -6,7 +6,7 @@ Views are pure functions `(Run, ViewOptions) -> View`, built on `nodestats.node_
 code views share one tree engine: a node's totals are the sum of the self numbers of the
 accounted nodes under it; show/hide/trim/start regexes, max_depth and min_* thresholds
 choose what is displayed, and a hidden node's displayed descendants move up to the nearest
-displayed ancestor, as in tfprof. Options: analyzer.view_options. docs/views.md lists
+displayed ancestor, as in tfprof. Options: analyzer.analysis.view_options. docs/views.md lists
 every option and where we differ from tfprof on purpose.
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer import products
-from runlens.analyzer.codepaths import code_paths
-from runlens.analyzer.model import Run, kernel_label_expr
-from runlens.analyzer.nodestats import METRICS, node_stats
-from runlens.analyzer.stepselect import StepChoice, analysed
-from runlens.analyzer.treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
-from runlens.analyzer.view_options import (  # noqa: F401 (ViewOptionError: re-exported)
+from .. import products
+from ..model import Run, kernel_label_expr
+from .codepaths import code_paths
+from .nodestats import METRICS, node_stats
+from .stepselect import StepChoice, analysed
+from .treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
+from .view_options import (  # noqa: F401 (ViewOptionError: re-exported)
     ORDER_BY,
     THRESHOLDS,
     ViewOptionError,
@@ -107,7 +107,7 @@ def _root_totals(df: pl.DataFrame) -> dict[str, int]:
 
 
 def chosen_run(run: Run, opts: ViewOptions) -> Run:
-    """The run a view reads: at step -1, its steps that analyzer.stepselect keeps (one
+    """The run a view reads: at step -1, its steps that analyzer.analysis.stepselect keeps (one
     given step is shown whatever it is)."""
     if opts.step >= 0:
         return run
@@ -359,7 +359,7 @@ def code_view(run: Run, opts: ViewOptions) -> View:
     """Python code: each op's numbers go to the last frame of its code trace (op_log.pb);
     frames nest by call stack, outermost first, as tfprof's code view does. Unless
     library_frames, frames of TensorFlow, Keras, absl and the standard library are left
-    out, so the innermost user frame gets the time (analyzer.codepaths)."""
+    out, so the innermost user frame gets the time (analyzer.analysis.codepaths)."""
     view = tree_view("code", run, opts)
     if not code_paths(run).height:
         view.notes.append("no code traces (op_log.pb missing or without them)")

@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from runlens.analyzer.rundir import atomic_write
+from ..rundir import atomic_write
 
 log = logging.getLogger("runlens.capture")
 

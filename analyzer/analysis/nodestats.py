@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from runlens.analyzer import products
-from runlens.analyzer.model import Run
+from .. import products
+from ..model import Run
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]

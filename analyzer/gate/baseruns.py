@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.errors import InputFileError
+from ..errors import InputFileError
 
 RUN_SEP = "#"  # sample id of run i: f"{i}#{worker}/{step}"
 # With k >= 2 base runs a metric's floor is max(least, RUN_SPREAD_X x (s - 1)), s the
@@ -66,7 +66,7 @@ def merge_runs(parts: list[Any]) -> Any:
 
     One part of one run is returned as it is: the one-run gate stays exactly as it was.
     """
-    from runlens.analyzer.compare import Samples
+    from .compare import Samples
 
     if len(parts) == 1:
         return parts[0]
@@ -118,7 +118,7 @@ def normalize_runs(base: Any) -> tuple[Any, list[float]]:
     """Divide each base run by its machine-wide factor against the runs' pooled node
     medians, so that one slow machine among the base runs does not count as a scope's
     run-to-run spread. Returns the pooled Samples (node medians pooled) and the factors."""
-    from runlens.analyzer.compare import Samples, machine_factor
+    from .compare import Samples, machine_factor
 
     ref = Samples("pooled", base.samples.head(0), pooled_node_medians(base))
     factors = []

@@ -1,13 +1,13 @@
 """The tree structure of the scope and code views: a node's ancestors (keys are paths of
 parts), its nearest displayed parent, and the depth-first display order with siblings
-sorted. Separate from analyzer/views.py, which chooses what is displayed."""
+sorted. Separate from analyzer/analysis/views.py, which chooses what is displayed."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
-from runlens.analyzer.view_options import ORDER_BY
+from .view_options import ORDER_BY
 
 
 def part_ends(parts: pl.Expr, sep: str) -> pl.Expr:

@@ -12,7 +12,7 @@ Steps are named by the global step. A graph without one, or whose global step do
 advance (created but not passed to minimize()), gets one warning naming the fix at the
 first step that shows it, and its traced steps are named by the hook's own count of
 session.run calls instead (so nothing is lost or overwritten). While a step is traced
-on CPU, TensorFlow's own per-step log lines are quieted (analyzer.capture_logs).
+on CPU, TensorFlow's own per-step log lines are quieted (analyzer.capture.logs).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from runlens.analyzer.capture_logs import TfLogQuieter
-from runlens.analyzer.rundir import RunDirWriter
+from ..rundir import RunDirWriter
+from .logs import TfLogQuieter
 
 log = logging.getLogger("runlens.capture")
 

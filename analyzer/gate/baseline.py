@@ -18,11 +18,11 @@ from typing import Any
 
 import polars as pl
 
-from runlens.analyzer.errors import InputFileError
+from ..errors import InputFileError
 
 BASELINE_KIND = "runlens-baseline"
 BASELINE_SCHEMA = 1  # one run
-MULTI_RUN_SCHEMA = 2  # several runs kept apart (analyzer.baseruns): "runs", "i#" sample ids
+MULTI_RUN_SCHEMA = 2  # several runs kept apart (analyzer.gate.baseruns): "runs", "i#" sample ids
 SCHEMAS = (BASELINE_SCHEMA, MULTI_RUN_SCHEMA)
 KINDS = ("step", "op", "scope")
 MAX_US = 1e12  # 11.6 days per step: anything above is not a timing
@@ -30,10 +30,10 @@ MAX_SCOPE_DEPTH = 64
 
 
 def save_baseline(samples: Any, path: Path) -> None:
-    """Write `samples` (analyzer.compare.Samples) as a baseline, atomically: schema 1 for
+    """Write `samples` (analyzer.gate.compare.Samples) as a baseline, atomically: schema 1 for
     one run, schema 2 when it holds several runs (each run's node medians apart)."""
-    from runlens.analyzer.baseruns import run_sources
-    from runlens.analyzer.rundir import atomic_write
+    from ..rundir import atomic_write
+    from .baseruns import run_sources
 
     wide = samples.samples.group_by("kind", "name").agg(
         pl.col("value_us").sort_by("sample").round(3))
@@ -186,8 +186,8 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
 
 
 def load_baseline(path: Path) -> Any:
-    """Read and validate a baseline file into analyzer.compare.Samples."""
-    from runlens.analyzer.compare import Samples
+    """Read and validate a baseline file into analyzer.gate.compare.Samples."""
+    from .compare import Samples
 
     try:
         text = path.read_text()

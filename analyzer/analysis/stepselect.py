@@ -1,6 +1,6 @@
 """The steps an analysis covers, one rule for every command.
 
-Every traced step but those analyzer.warmup leaves out (warm-up steps at the start of a
+Every traced step but those analyzer.analysis.warmup leaves out (warm-up steps at the start of a
 run, outlier steps far above the median: its docstring gives the rule and the measured
 reason), decided once per worker over all traced steps; `include_warmup` keeps them, and
 `first`/`last` (`--steps A:B`) restrict to a range after that. Views at step -1, the
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from runlens.analyzer import products
-from runlens.analyzer.errors import RunlensError
-from runlens.analyzer.model import Run
-from runlens.analyzer.steps import step_times
-from runlens.analyzer.warmup import flag_steps
+from .. import products
+from ..errors import RunlensError
+from ..model import Run
+from .steps import step_times
+from .warmup import flag_steps
 
 # Frames with one row per (worker, step, ...) that a choice of steps restricts; the
 # executions and outputs carry the worker in their key tables.
@@ -57,7 +57,7 @@ class StepChoice:
 
 
 def step_flags(run: Run) -> pl.DataFrame:
-    """Every traced (worker, step): step_us, warmup, outlier, left_out (analyzer.warmup)
+    """Every traced (worker, step): step_us, warmup, outlier, left_out (analyzer.analysis.warmup)
     and `why` ("warm-up", "outlier" or null), computed once over all of the run's steps
     (a product of the whole run: a Run of chosen steps has its whole run's)."""
     return STEP_FLAGS(run)
