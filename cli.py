@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .analyzer.render import formats
+from .analyzer import registries
 from .cli_options import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -70,7 +70,7 @@ def main() -> None:
 
 @main.command()
 @run_dir_argument
-@click.option("--format", "fmt", type=click.Choice(list(formats.SUMMARY)), default="text",
+@click.option("--format", "fmt", type=click.Choice(registries.formats("summary")), default="text",
               show_default=True, help="Output format.")
 @step_options
 @no_cache_option
@@ -82,17 +82,16 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
     The statistics leave out warm-up and outlier steps (named, with why) unless
     --include-warmup."""
     from .analyzer.analysis.steps import summary as make_summary
-    from .analyzer.render.summary import RENDERERS
 
     steps = choice()
     run = load(run_dir, no_cache)
-    click.echo(RENDERERS[fmt](make_summary(run, steps)), nl=False)
+    click.echo(registries.renderer("summary", fmt)(make_summary(run, steps)), nl=False)
 
 
 @main.command()
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(readable=False),
                 required=False)
-@click.option("--format", "fmt", type=click.Choice(list(formats.FINDINGS)), default="text",
+@click.option("--format", "fmt", type=click.Choice(registries.formats("findings")), default="text",
               show_default=True, help="Output format.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]), default=None,
               help="Exit 1 when a finding is at or above this severity (default: never).")
@@ -123,7 +122,7 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
       analyze advise runs/exp1 --select input-bound,RL103
     """
     from . import checkers
-    from .analyzer.render.findings import RENDERERS, checker_list
+    from .analyzer.render.findings import checker_list
 
     if list_checkers:
         click.echo(checker_list(checkers.all_checkers(), fmt), nl=False)
@@ -136,7 +135,7 @@ def advise(run_dir: str | None, fmt: str, fail_on: str | None, select: tuple[str
     run = load(run_dir, no_cache)
     findings = checkers.run_checks(run, select=chosen, ignore=ignored, steps=steps)
     meta = checkers.header(run, run_dir, steps, select=chosen, ignore=ignored)
-    click.echo(RENDERERS[fmt](findings, meta), nl=False)
+    click.echo(registries.renderer("findings", fmt)(findings, meta), nl=False)
     if fail_on is not None:
         bar = checkers.Severity.parse(fail_on)
         if any(f.severity >= bar for f in findings):
@@ -235,8 +234,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
     from .analyzer.analysis.stepselect import require_traced
     from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
-    from .analyzer.render.units import lacks_by_reason
-    from .analyzer.render.views import RENDERERS
+    from .analyzer.units import lacks_by_reason
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
     for key in [k for k in kw if k.endswith("_regexes")]:
@@ -254,7 +252,7 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
-    text = RENDERERS[fmt](VIEWS[kind](run, options))
+    text = registries.renderer("view", fmt)(VIEWS[kind](run, options))
     if options.step < 0:  # after the view: a bad option stays a one-line error
         note_left_out(run, options)
     click.echo(text, nl=False)
@@ -285,21 +283,20 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
     from .analyzer.analysis.steps import median_step
     from .analyzer.analysis.stepselect import analysed, require_traced
     from .analyzer.errors import RunlensError
-    from .analyzer.render.critical_path import RENDERERS
 
     run = load(run_dir, no_cache)
     if step < 0:
         step = median_step(analysed(run, choice()))
     else:
         require_traced(run, step, run_dir)
-    if fmt not in formats.CRITICAL_PATH:
+    if fmt not in registries.formats("critical_path"):
         raise RunlensError("--critical-path supports --format "
-                           + " or ".join(formats.CRITICAL_PATH))
+                           + " or ".join(registries.formats("critical_path")))
     skipped = no_dataflow(run)
     if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
         click.echo(f"analyze: critical path skipped: {skipped}", err=True)
         return
-    click.echo(RENDERERS[fmt](critical_path(run, step)), nl=False)
+    click.echo(registries.renderer("critical_path", fmt)(critical_path(run, step)), nl=False)
 
 
 _view_command("ops", """Time and memory by op type (tfprof's op view).
@@ -369,7 +366,7 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
               metavar="N", help="The last N paths are new runs (separate processes of the "
                                 "new code), pooled; 3 make a slow process on either side "
                                 "far less likely to fail the build (docs/ci.md).")
-@click.option("--format", "fmt", type=click.Choice(list(formats.COMPARE)),
+@click.option("--format", "fmt", type=click.Choice(registries.formats("compare")),
               default="text", show_default=True,
               help="Report format; html: one self-contained page (use -o).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -405,7 +402,6 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
       analyze compare main.json runs/pr_1 runs/pr_2 runs/pr_3 --new-runs 3
     """
     from .analyzer.gate.compare import compare as run_compare
-    from .analyzer.render.compare import RENDERERS
 
     paths = (*base, new)
     if new_runs >= len(paths):
@@ -419,12 +415,11 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
                          keep_outliers=keep_outliers)
     for warning in result.warnings:
         click.echo(f"analyze: warning: {warning}", err=True)
-    if fmt == formats.COMPARE_PAGE:
-        from .analyzer.report import compare_page
-
-        emit(compare_page(result, base_samples, new_samples), output)
+    render = registries.renderer("compare", fmt)
+    if fmt == registries.COMPARE_PAGE:  # the page shows the samples too
+        emit(render(result, base_samples, new_samples), output)
     else:
-        emit(RENDERERS[fmt](result), output)
+        emit(render(result), output)
     if result.regressions.height:
         sys.exit(EXIT_FAILED)
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from .analyzer.registries import SOURCES
+
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 
 # numpy's OpenBLAS starts a thread per core that spins for a while at import: 0.1 CPU-s
@@ -141,8 +143,8 @@ _PROFILE_RUN_KEY = "runlens.profile_run"
 _source = click.option(
     "--source", metavar="KIND", default=None, expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__(_SOURCE_KEY, value),
-    help="Read PATH as this kind of profile (rundir, timeline, runmetadata, events, "
-         "tfprof, xplane, ...; docs/sources.md) instead of detecting it.")
+    help=f"Read PATH as this kind of profile ({', '.join(SOURCES)}; docs/sources.md) "
+         "instead of detecting it.")
 _profile_run = click.option(
     "--profile-run", metavar="NAME", default=None, expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PROFILE_RUN_KEY, value),
@@ -188,7 +190,7 @@ def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     analyzer/analysis/view_options.py's FLAGS (names, types, defaults, help), plus --format and
     --tfprof."""
     from .analyzer.analysis.view_options import FLAGS
-    from .analyzer.render.formats import VIEW
+    from .analyzer.registries import formats
 
     for flag in reversed(FLAGS):
         name = "--" + flag.name.replace("_", "-")
@@ -212,7 +214,7 @@ def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                                   show_default=True, help=flag.help)
         fn = option(fn)
         if flag.name == "step":  # --format sits between ours (op_types) and tfprof's
-            fn = click.option("--format", "fmt", type=click.Choice(list(VIEW)),
+            fn = click.option("--format", "fmt", type=click.Choice(formats("view")),
                               default="text", show_default=True,
                               help="Output format; speedscope and pprof (gzipped "
                                    "profile.proto, to redirect to a file) are flame graphs "

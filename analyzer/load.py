@@ -32,7 +32,7 @@ from . import cache, ingest, sources
 from .background import Background, map_in_processes
 from .errors import InputFileError, RunDirError
 from .model import Run, built, derive_keys
-from .productcache import Origin
+from .origin import Origin
 from .rundir import RunDir
 from .schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
 

@@ -23,7 +23,7 @@ from .schema import (
 )
 
 if TYPE_CHECKING:
-    from .productcache import Origin
+    from .origin import Origin
 
 # A lane is canonical when it names a device and nothing more (tfprof's IsCanonicalDevice).
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"

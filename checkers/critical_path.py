@@ -8,7 +8,7 @@ import polars as pl
 
 from ..analyzer.analysis.graph import no_dataflow
 from ..analyzer.model import Run
-from ..analyzer.render.units import fmt_us
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 3

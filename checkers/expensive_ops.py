@@ -8,7 +8,7 @@ import polars as pl
 
 from ..analyzer.analysis.codepaths import GRADIENT_SUFFIX, code_paths
 from ..analyzer.model import kernel_label_expr
-from ..analyzer.render.units import fmt_us
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
 
 TOP = 5

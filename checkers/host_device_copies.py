@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.render.units import fmt_bytes, fmt_us
+from ..analyzer.units import fmt_bytes, fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"

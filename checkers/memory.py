@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.render.units import fmt_bytes
+from ..analyzer.units import fmt_bytes
 from .base import Analysis, Checker, Finding, Severity, num, register
 
 MIN_GROWTH = 0.10  # residual bytes must grow by this share over the run

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.render.units import fmt_us
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 LAYOUT_OPS = r"^(Conv2D|Conv2DBackprop(Input|Filter)|Conv3D.*|DepthwiseConv2dNative.*|MaxPool.*" \

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.render.units import fmt_us
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 Z_OUTLIER = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score

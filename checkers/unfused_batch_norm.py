@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.render.units import fmt_us
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
 
 BN_SCOPE = r"(?i)(^|/)(batch_?norm[^/]*)(/|$)"

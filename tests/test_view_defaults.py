@@ -16,7 +16,7 @@ from runlens.analyzer.analysis.views import (
     scope_view,
 )
 from runlens.analyzer.load import load_run
-from runlens.analyzer.render.units import fmt_bytes, fmt_count, fmt_number, fmt_us
+from runlens.analyzer.units import fmt_bytes, fmt_count, fmt_number, fmt_us
 
 from tests.conftest import FIXTURES, run_cli
 

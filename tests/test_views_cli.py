@@ -13,7 +13,7 @@ from runlens.analyzer.analysis.stepselect import analysed
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.errors import RunlensError
 from runlens.analyzer.load import load_run
-from runlens.analyzer.render.views import RENDERERS
+from runlens.analyzer.registries import formats, renderer
 
 from tests.conftest import FIXTURES, run_cli
 
@@ -105,7 +105,8 @@ def test_renderers_handle_an_empty_view():
     for kind, view_fn in VIEWS.items():
         view = view_fn(run, nothing)
         assert view.rows.height == 0
-        for fmt, render in RENDERERS.items():
+        for fmt in formats("view"):
+            render = renderer("view", fmt)
             if fmt in ("speedscope", "pprof") and kind not in ("scopes", "code"):
                 with pytest.raises(RunlensError, match="draws a tree"):
                     render(view)  # flame graphs are of tree views only

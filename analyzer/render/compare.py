@@ -16,7 +16,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from ..gate.compare import Comparison
-from .units import fmt_us, p_value3
+from ..units import fmt_us, p_value3
 
 SCHEMA = 2
 KIND_LABEL = {"step": "step", "op": "op type", "scope": "scope"}
@@ -200,7 +200,3 @@ def compare_junit(c: Comparison) -> str:
         out.append("  </testcase>")
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
-
-
-RENDERERS = {"text": compare_text, "json": compare_json, "markdown": compare_markdown,
-             "junit": compare_junit}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..analysis.graph import CriticalPath
-from .units import fmt_us
+from ..units import fmt_us
 
 
 def critical_path_text(cp: CriticalPath) -> str:
@@ -42,6 +42,3 @@ def critical_path_json(cp: CriticalPath) -> str:
             for r in cp.ops.iter_rows(named=True)
         ],
     }, indent=1)
-
-
-RENDERERS = {"text": critical_path_text, "json": critical_path_json}

@@ -8,7 +8,7 @@ import re
 import textwrap
 from typing import Any
 
-from .units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
+from ..units import fmt_bytes, fmt_count, fmt_number, fmt_us, lacks_by_reason
 
 SCHEMA = 1
 
@@ -112,6 +112,3 @@ def checker_list(checkers: list[Any], fmt: str) -> str:
                                      subsequent_indent="    "))
         out.append("")
     return "\n".join(out)
-
-
-RENDERERS = {"text": findings_text, "json": findings_json}

@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.views import View
+from ..analysis.views import TREE_KINDS, View
 from ..errors import RunlensError
-from .views import TREE_VIEWS
 
 # Metric column -> (sample type, unit) of the flame-graph formats; time first.
 SAMPLE_TYPES = {"micros": ("time", "microseconds"), "requested_bytes": ("memory", "bytes")}
@@ -42,7 +41,7 @@ def frame(kind: str, name: str) -> Frame:
 
 def stacks(view: View, fmt: str) -> Iterator[tuple[list[str], dict[str, int]]]:
     """(names from the top down, {metric: weight}) per displayed node with any weight."""
-    if view.kind not in TREE_VIEWS:
+    if view.kind not in TREE_KINDS:
         raise RunlensError(f"--format {fmt} draws a tree: use it with `analyze code` or "
                            f"`analyze scopes`, not `analyze {view.kind}`")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .units import fmt_us, lacks_by_reason
+from ..units import fmt_us, lacks_by_reason
 
 SCHEMA = 1
 
@@ -56,6 +56,3 @@ def _ranges(steps: list[int]) -> str:
 
 def summary_json(s: dict) -> str:
     return json.dumps({"schema": SCHEMA, "summary": s}, indent=1) + "\n"
-
-
-RENDERERS = {"text": summary_text, "json": summary_json}

@@ -6,11 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
 from typing import Any
 
-from ..analysis.views import ALL_METRICS, View
-from .units import fmt_bytes, fmt_count, fmt_us
+from ..analysis.views import ALL_METRICS, TREE_KINDS, View
+from ..units import fmt_bytes, fmt_count, fmt_us
 
 SCHEMA = 1
 # select name -> (metric column, formatter, header)
@@ -26,7 +25,7 @@ COLUMNS = {
     "float_ops": ("float_ops", fmt_count, "flops"),
     "occurrence": ("occurrence", fmt_count, "runs"),
 }
-TREE_VIEWS = {"scopes", "code"}
+
 
 
 def _metrics(row: dict[str, Any]) -> dict[str, int]:
@@ -40,7 +39,7 @@ def view_json(view: View) -> str:
 def view_doc(view: View) -> dict[str, Any]:
     """The JSON document of a view (schema 1), as a dict: what `--format json` prints and
     the HTML report embeds."""
-    if view.kind in TREE_VIEWS:
+    if view.kind in TREE_KINDS:
         rows = [_tree_row(r) for r in view.tree()]
     else:
         rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
@@ -79,7 +78,7 @@ def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
 
 def view_csv(view: View) -> str:
     out = io.StringIO()
-    tree = view.kind in TREE_VIEWS
+    tree = view.kind in TREE_KINDS
     header = ["name", *(["depth", "parent"] if tree else []), *ALL_METRICS]
     if tree:
         header += [f"self_{m}" for m in ALL_METRICS]
@@ -109,7 +108,7 @@ def view_text(view: View) -> str:
     by_kernel = view.options.op_types == "kernel"
     title = {"ops": "kernel" if by_kernel else "op type", "scopes": "name scope",
              "graph": "graph node", "code": "python code"}[view.kind]
-    tree = view.kind in TREE_VIEWS
+    tree = view.kind in TREE_KINDS
     lines: list[str] = []
     label_rows: list[tuple[str, dict[str, Any]]] = []
     for r in view.rows.iter_rows(named=True):
@@ -137,23 +136,3 @@ def view_text(view: View) -> str:
     lines.append(f"total ({step}): {totals}; {len(label_rows)} rows")
     lines.extend(f"note: {n}" for n in view.notes)
     return "\n".join(lines) + "\n"
-
-
-def _flame(fmt: str) -> Callable[[View], str | bytes]:
-    """speedscope and pprof files, imported on use (pprof needs the generated proto)."""
-    def render(view: View) -> str | bytes:
-        if fmt == "pprof":
-            from .pprof import view_pprof
-
-            return view_pprof(view)
-        from .speedscope import view_speedscope
-
-        return view_speedscope(view)
-
-    return render
-
-
-RENDERERS: dict[str, Callable[[View], str | bytes]] = {
-    "text": view_text, "json": view_json, "csv": view_csv,
-    "speedscope": _flame("speedscope"), "pprof": _flame("pprof"),
-}

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from ..gate.compare import Comparison, Samples
-from ..render.units import p_value3
+from ..units import p_value3
 
 MOVED = ("regression", "improvement", "new", "vanished")
 STEP_TIME = "step time"  # the step-level metric drawn as distributions

@@ -14,7 +14,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from ..render.units import fmt_bytes, fmt_us
+from ..units import fmt_bytes, fmt_us
 
 SEVERITY_ORDER = ("error", "warning", "info")
 

@@ -25,8 +25,8 @@ from ..analysis.views import VIEWS, ViewOptions
 from ..analysis.warmup import flag_steps
 from ..model import Run, kernel_label_expr
 from ..render.critical_path import critical_path_json
-from ..render.units import fmt_us
 from ..render.views import view_doc
+from ..units import fmt_us
 
 # The command line's defaults of the view commands (cli._view_options), so the embedded
 # documents equal `analyze ops|scopes|code --format json` (tests/test_report.py).

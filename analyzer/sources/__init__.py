@@ -1,4 +1,5 @@
-"""Sources: each input format runlens reads is one module here plus a line in SOURCES.
+"""Sources: each input format runlens reads is one module here plus a line in
+analyzer/registries.py SOURCES.
 
 A source says whether a path is its kind (`accepts`), splits it into parts (one per
 worker: the unit that is read, cached and merged), names the files a part's result
@@ -20,7 +21,6 @@ How to add a source: docs/sources.md.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,16 +29,12 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from .. import schema
+from .. import registries, schema
 from ..errors import RunDirError
+from ..registries import SOURCES
 
 Progress = Callable[[int, int], None]
 
-# Detection order: the first source that accepts a path reads it. Each entry is a module
-# of this package that defines SOURCE (an object with the Source protocol).
-# xplane goes before the sources that open a file to recognize it: it goes by file name.
-SOURCES: tuple[str, ...] = ("rundir", "xplane", "tracejson", "timeline", "runmetadata", "events",
-                            "tfprof")
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,7 @@ class Source(Protocol):
 
 def registered() -> list[Source]:
     """Every source, in detection order (modules are imported on first use)."""
-    return [importlib.import_module(f"{__name__}.{name}").SOURCE for name in SOURCES]
+    return [registries.load(target) for target in SOURCES.values()]
 
 
 def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
