@@ -81,7 +81,7 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
     The statistics leave out warm-up and outlier steps (named, with why) unless
     --include-warmup."""
-    from .analyzer.analysis.steps import summary as make_summary
+    from .analyzer.analysis.runsummary import summary as make_summary
 
     steps = choice()
     run = load(run_dir, no_cache)

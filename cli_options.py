@@ -12,11 +12,17 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .analyzer.registries import SOURCES
+
+if TYPE_CHECKING:
+    from .analyzer.analysis.stepselect import StepChoice
+    from .analyzer.analysis.view_options import ViewOptions
+    from .analyzer.load import LoadOptions
+    from .analyzer.model import Run
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 
@@ -89,19 +95,31 @@ class Progress:
             click.echo("\r\033[K", err=True, nl=False)
 
 
-def load(run_dir: str, no_cache: bool) -> Any:
-    from .analyzer.load import load_run
+def load_options(no_cache: bool) -> LoadOptions:
+    """The loading options of this command's shared flags (--no-cache is the command's
+    parameter; --source, --profile-run and --workers were kept by their callbacks)."""
+    from .analyzer.load import LoadOptions
+    from .analyzer.sources import Selection
 
     ctx = click.get_current_context(silent=True)
-    source = ctx.meta.get(_SOURCE_KEY) if ctx is not None else None
+    meta: dict[str, Any] = ctx.meta if ctx is not None else {}
+    return LoadOptions(use_cache=not no_cache, source=meta.get(_SOURCE_KEY),
+                       chosen=Selection(workers=bool(meta.get(_WORKERS_KEY, False)),
+                                        profile_run=meta.get(_PROFILE_RUN_KEY)))
+
+
+def load(run_dir: str, no_cache: bool) -> Run:
+    """The Run at `run_dir` read with this command's options; its warnings on stderr."""
+    from .analyzer.load import load as load_path
+
     progress = Progress()
 
     def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
         click.echo(f"analyze: warning: {one_line(warning)}", err=True)
 
     try:
-        run = load_run(run_dir, use_cache=not no_cache, progress=progress, source=source,
-                       chosen=_selection(ctx), on_warning=warn_late)
+        run = load_path(run_dir, load_options(no_cache), progress=progress,
+                        on_warning=warn_late)
     finally:
         progress.close()
     for warning in run.warnings:
@@ -115,7 +133,7 @@ run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
 
 
 def _remember_workers(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    ctx.meta["runlens.workers"] = value
+    ctx.meta[_WORKERS_KEY] = value
 
 
 def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,17 +145,8 @@ def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Ingest step files again instead of reading the cache.")(fn)
 
 
-def _selection(ctx: click.Context | None) -> Any:
-    """What the user picked among what PATH holds (flags that load() reads from the context)."""
-    from .analyzer.sources import Selection
-
-    if ctx is None:
-        return Selection()
-    return Selection(workers=bool(ctx.meta.get("runlens.workers", False)),
-                     profile_run=ctx.meta.get(_PROFILE_RUN_KEY))
-
-
 _SOURCE_KEY = "runlens.source"
+_WORKERS_KEY = "runlens.workers"
 _PROFILE_RUN_KEY = "runlens.profile_run"
 # Options for every command that reads a PATH; `load` takes them from the context.
 _source = click.option(
@@ -176,7 +185,7 @@ def step_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                              ":B leave an end open).")(fn)
 
 
-def choice() -> Any:
+def choice() -> StepChoice:
     """The StepChoice of --steps and --include-warmup."""
     from .analyzer.analysis.stepselect import StepChoice
 
@@ -225,7 +234,7 @@ def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return step_options(fn)
 
 
-def note_left_out(run: Any, options: Any) -> None:
+def note_left_out(run: Run, options: ViewOptions) -> None:
     """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
     from .analyzer.analysis.stepselect import StepChoice, left_out
 

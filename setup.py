@@ -39,7 +39,7 @@ setup(
         ),
         Extension(
             "runlens.analyzer._jsonrows",
-            sources=["analyzer/render/_jsonrows.c"],
+            sources=["analyzer/timeline/_jsonrows.c"],
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),

@@ -2,13 +2,11 @@
 -> the source's parts (one per worker) -> each part's frames (from the cache, or read by
 the source) -> one Run.
 
-For run directories (analyzer/sources/rundir.py reads them with `_load_run_dir`), step
-files are ingested in batches, in parallel threads (C decoder) or processes
-(protobuf fallback); a step file that cannot be read is skipped with a one-line warning
-naming it, and the other steps still load; likewise a worker of a multi-worker run. A
-second load of the same run reads the Parquet cache (analyzer/cache.py); a cache that
-cannot be read, even one found damaged only when a frame is first used, means the run
-dir is ingested again, with one warning.
+What each source reads is its own (a run directory's reader: analyzer/ingest/rundir.py);
+here, for any source: a part that cannot be read is left out with a one-line warning
+when there are others. A second load of the same run reads the Parquet cache
+(analyzer/cache.py); a cache that cannot be read, even one found damaged only when a
+frame is first used, means the part is read again, with one warning.
 
 Loading computes nothing the analysis derives (per-node numbers, trees: the first view
 that needs one computes it, analyzer.products, and the cache keeps it); it gives the Run
@@ -21,201 +19,22 @@ import functools
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from . import cache, ingest, sources
-from .background import Background, map_in_processes
+from . import cache, sources
 from .errors import InputFileError, RunDirError
 from .model import Run, built, derive_keys
 from .origin import Origin
-from .rundir import RunDir
-from .schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
+from .schema import LACKS_SCHEMA
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]
-PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting processes costs more than it saves
-
-
-def _manifest_sizes(run: RunDir) -> dict[int, int]:
-    """The step files' sizes the manifest lists (rundir checked that `steps` is a list)."""
-    sizes: dict[int, int] = {}
-    entries = run.manifest.get("steps")
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and _is_int(entry.get("step")):
-            if _is_int(entry.get("bytes")):
-                sizes[entry["step"]] = entry["bytes"]
-    return sizes
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-BATCH_FILES = 512  # at most, per batch
-
-
-def _batches(items: list[ingest.StepItem], jobs: int) -> list[list[ingest.StepItem]]:
-    """Contiguous batches, as few as gives every worker the same number (each batch costs
-    its own frames, and the run's columns one chunk more: 1M node stats ingested in 20
-    batches took ~15% longer than in 4), of at most BATCH_FILES files."""
-    count = -(-len(items) // BATCH_FILES)
-    count = max(jobs, -(-count // jobs) * jobs)
-    size = max(1, -(-len(items) // count))
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-_seen_graphs: set[bytes] = set()  # per worker process: partition graphs already sent back
-_parsed_graphs = ingest.PartitionGraphs()  # per worker process
-
-
-def _ingest_batch_in_process(batch: list[ingest.StepItem], digests: bool) -> ingest.StepBatch:
-    """Process-pool worker: a batch, without the partition graphs it already sent."""
-    result = ingest.ingest_step_files(batch, partition_graphs=_parsed_graphs,
-                                      digests=digests)
-    for digest in list(result.graphs):
-        if digest in _seen_graphs:
-            del result.graphs[digest]
-        _seen_graphs.add(digest)
-    return result
-
-
-def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
-                  ) -> list[ingest.StepBatch]:
-    """Every step file of `run`, in batches, in parallel where it pays (`digests`: with
-    each file's content digest, for the cache's key).
-
-    With the C decoder, threads (it releases the GIL; no process start-up, no pickling);
-    without it, processes once there is enough to do (the protobuf walk holds the GIL).
-    """
-    sizes = _manifest_sizes(run)
-    items: list[ingest.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
-    batches = _batches(items, jobs)
-    ingest_batch = functools.partial(ingest.ingest_step_files,
-                                     partition_graphs=ingest.PartitionGraphs(), digests=digests)
-    if jobs > 1 and len(batches) > 1:
-        if ingest.native_decoder_available():
-            with Background(jobs, "runlens-ingest") as pool:
-                return _collect(pool.map(ingest_batch, batches), batches, progress)
-        total_bytes = sum(_size(p) for p, _, _ in items)
-        if total_bytes >= PARALLEL_MIN_BYTES:
-            results = _ingest_in_processes(batches, jobs, progress, digests)
-            if results is not None:
-                return results
-    return _collect(map(ingest_batch, batches), batches, progress)
-
-
-def _size(path: str | os.PathLike[str]) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:  # reported when the file is read
-        return 0
-
-
-def _collect(results: Iterable[ingest.StepBatch], batches: list[list[ingest.StepItem]],
-             progress: Progress | None) -> list[ingest.StepBatch]:
-    out = []
-    total, done = sum(len(b) for b in batches), 0
-    for batch, result in zip(batches, results, strict=True):
-        out.append(result)
-        done += len(batch)
-        if progress:
-            progress(done, total)
-    return out
-
-
-def _ingest_in_processes(batches: list[list[ingest.StepItem]], jobs: int,
-                         progress: Progress | None, digests: bool
-                         ) -> list[ingest.StepBatch] | None:
-    """Batches in a pool of processes; None when no pool can run here (serial ingest
-    gives the same frames)."""
-    return map_in_processes(functools.partial(_ingest_batch_in_process, digests=digests),
-                            batches, jobs,
-                            functools.partial(_collect, batches=batches, progress=progress))
-
-
-def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
-    return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
-
-
-def _read_graph(run: RunDir) -> tuple[pl.DataFrame | None, str | None]:
-    """graph.pb's nodes, or the warning that says why not."""
-    if run.graph is None:
-        return None, None
-    try:
-        return ingest.ingest_graph_file(run.graph), None
-    except InputFileError as e:
-        return None, f"{e}; op types come from partition graphs and timeline labels"
-
-
-def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | None]:
-    """op_log.pb's float ops and code traces, or empty ones and the warning why."""
-    if run.op_log is None:
-        return ingest.empty_op_log(), None
-    try:
-        return ingest.ingest_op_log_file(run.op_log), None
-    except InputFileError as e:
-        return ingest.empty_op_log(), f"{e}; float_ops and the code view are unavailable"
-
-
-def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
-                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]]]:
-    """The run dir's frames, warnings, and what was read of each step file (stat and
-    content digest, for the cache's key)."""
-    warnings: list[str] = []
-    files: dict[str, list[Any]] = {}
-    steps: list[ingest.StepFrames] = []
-    seen: set[bytes] = set()
-    partition_graphs: list[pl.DataFrame] = []
-    # graph.pb and op_log.pb (Python walks) are read beside the step files, whose
-    # decoding leaves the main thread idle. Partition graphs are parsed with the step file
-    # that first holds them, so that a bad one skips that file only.
-    with Background(1, "runlens-side") as side:
-        graph_read = side.submit(_read_graph, run)
-        op_log_read = side.submit(_read_op_log, run)
-        for batch in _ingest_steps(run, jobs, progress, digests):
-            warnings.extend(batch.errors)
-            files.update(batch.files)
-            if batch.frames is not None:
-                steps.append(batch.frames)
-            partition_graphs += [g for digest, g in batch.graphs.items() if digest not in seen]
-            seen.update(batch.graphs)
-        graph, graph_warning = graph_read.result()
-        (op_log, code), op_log_warning = op_log_read.result()
-    if not steps:
-        problems = [*run.warnings, *warnings]
-        raise RunDirError(
-            f"{run.path}: no readable step file ({len(problems)} skipped; first: "
-            f"{problems[0] if problems else 'none'})"
-        )
-    warnings += [w for w in (graph_warning, op_log_warning) if w]
-    graph_frames = ([graph] if graph is not None else []) + partition_graphs
-    graph_nodes = _concat(graph_frames, GRAPH_NODE_SCHEMA).unique(
-        subset=["name", "source", "device"], keep="first", maintain_order=True)
-    worker = pl.lit(run.worker).alias("worker")
-    merged = ingest.concat_step_frames(steps, in_order=True)
-    out = {
-        "memory": merged.memory,
-        "allocations": merged.allocations,
-        "threads": merged.threads,
-        "graph_nodes": graph_nodes,
-        "op_log": op_log,
-        "code": code,
-        "step_spans": pl.DataFrame(schema=STEP_SPAN_SCHEMA),
-    }
-    frames = {k: v.with_columns(worker) for k, v in out.items()}
-    # Executions and outputs are identified by key; the worker is a column of the keys.
-    frames["keys"] = merged.keys.select(worker, pl.all())
-    frames["output_keys"] = merged.output_keys.select(worker, pl.all())
-    frames["executions"] = merged.nodes
-    frames["output_rows"] = merged.outputs
-    return frames, warnings, files
-
-
 def _fresh_frames(source: sources.Source, part: sources.Part, jobs: int,
                   progress: Progress | None, cache_key: dict[str, Any] | None
                   ) -> tuple[dict[str, pl.DataFrame], list[str], Future | None]:
@@ -304,6 +123,18 @@ def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part,
     return {name: functools.partial(read, name) for name in readers}
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to read a PATH: what the command line's shared flags chose, as one typed
+    object passed from the CLI to loading (--no-cache, --source, --workers,
+    --profile-run)."""
+
+    use_cache: bool = True
+    source: str | None = None  # a kind of analyzer.registries.SOURCES; None: detect it
+    chosen: sources.Selection = field(default_factory=sources.Selection)
+    jobs: int | None = None  # threads/processes of ingest; None: one per core
+
+
 def load_run(
     path: str | os.PathLike[str],
     *,
@@ -314,21 +145,29 @@ def load_run(
     chosen: sources.Selection | None = None,
     on_warning: Warn | None = None,
 ) -> Run:
+    """`load` with the options as keywords (the engine's API for scripts and tests)."""
+    options = LoadOptions(use_cache, source, chosen or sources.Selection(), jobs)
+    return load(path, options, progress=progress, on_warning=on_warning)
+
+
+def load(path: str | os.PathLike[str], options: LoadOptions, *,
+         progress: Progress | None = None, on_warning: Warn | None = None) -> Run:
     """Read the profile at `path` into one Run (worker is a column): the source that
-    accepts it (`source`, a kind, forces one) splits it into parts, each read (or taken
-    from its cache) on its own.
+    accepts it (`options.source`, a kind, forces one) splits it into parts, each read (or
+    taken from its cache) on its own.
 
     A cached part is read lazily: only the frames an analysis touches are loaded.
-    `chosen`: what the user picked among what the path holds (e.g. `workers` merges run
-    dirs that do not look like one job). Raises RunDirError when no source reads the path
-    or nothing in it can be read.
+    `options.chosen`: what the user picked among what the path holds (e.g. `workers`
+    merges run dirs that do not look like one job). Raises RunDirError when no source
+    reads the path or nothing in it can be read.
     A part that cannot be read is left out with a warning when there are others. Warnings
     found after this returns (a cache damaged under a frame read later) are added to
     `Run.warnings` and given to `on_warning`.
     """
-    reader = sources.detect(path, source)
-    parts = reader.parts(Path(path), chosen or sources.Selection())
-    jobs = jobs or os.cpu_count() or 1
+    use_cache = options.use_cache
+    reader = sources.detect(path, options.source)
+    parts = reader.parts(Path(path), options.chosen)
+    jobs = options.jobs or os.cpu_count() or 1
     cache.wait()  # a cache this process is still writing is read once written
     frames_of: list[dict[str, Any]] = []
     warnings: list[str] = []

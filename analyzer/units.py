@@ -5,6 +5,7 @@ significant digits for the reports' data (p_value3)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 
 def fmt_us(us: float) -> str:
@@ -39,7 +40,7 @@ def fmt_count(n: float) -> str:
     return f"{n:.0f}" if float(n).is_integer() else f"{n:.2f}"
 
 
-def lacks_by_reason(lacks: dict[str, str]) -> dict[str, list[str]]:
+def lacks_by_reason(lacks: Mapping[str, str]) -> dict[str, list[str]]:
     """Run.lacks grouped by reason, so that each reason is said once."""
     out: dict[str, list[str]] = {}
     for what, why in lacks.items():

@@ -254,7 +254,7 @@ def test_every_captured_fixture_has_five_traced_steps(captured_dir):
 def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
     """Threads (C decoder) and processes (protobuf walk) load what one thread loads."""
     from polars.testing import assert_frame_equal
-    from runlens.analyzer import load
+    from runlens.analyzer.ingest import rundir as rundir_reader
 
     def frames(**kw):
         run = load_run(FIXTURES / "rnn_while", use_cache=False, **kw)
@@ -263,15 +263,15 @@ def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
     serial = frames(jobs=1)
     threads = frames(jobs=2)
     monkeypatch.setenv("RUNLENS_PURE_PYTHON", "1")
-    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(rundir_reader, "PARALLEL_MIN_BYTES", 0)
     pools = []
-    in_processes = load._ingest_in_processes
+    in_processes = rundir_reader._ingest_in_processes
 
     def recorded(*args):
         pools.append(in_processes(*args))
         return pools[-1]
 
-    monkeypatch.setattr(load, "_ingest_in_processes", recorded)
+    monkeypatch.setattr(rundir_reader, "_ingest_in_processes", recorded)
     processes = frames(jobs=2)
     assert len(pools) == 1 and pools[0] is not None  # the pool ran, no serial fallback
     for name, frame in serial.items():

@@ -138,17 +138,18 @@ CHILD = """
 import functools, json, os, sys
 from runlens import cli
 from runlens.analyzer import ingest, load
+from runlens.analyzer.ingest import rundir as rundir_reader
 try:
     cli.main(["advise", "--no-cache", "--format", "json", sys.argv[1]])
 except SystemExit as e:
     code = e.code
-# Ingest in spawned processes: the pool's children unpickle runlens.analyzer.load's
+# Ingest in spawned processes: the pool's children unpickle the run-dir reader's
 # function by its installed name.
 os.environ["RUNLENS_PURE_PYTHON"] = "1"
-load.PARALLEL_MIN_BYTES = 0
+rundir_reader.PARALLEL_MIN_BYTES = 0
 pools = []
-in_processes = load._ingest_in_processes
-load._ingest_in_processes = lambda *a: pools.append(in_processes(*a)) or pools[-1]
+in_processes = rundir_reader._ingest_in_processes
+rundir_reader._ingest_in_processes = lambda *a: pools.append(in_processes(*a)) or pools[-1]
 run = load.load_run(sys.argv[2], jobs=2, use_cache=False)
 old = sorted(m for m in sys.modules if m.split(".")[0] in %r)
 print()  # advise's JSON ends without a newline

@@ -1,5 +1,5 @@
-"""The timeline's JSON rows (analyzer/render/jsonrows.py): the C renderer
-(analyzer/render/_jsonrows.c) and the polars fallback give the same bytes, on unit cases
+"""The timeline's JSON rows (analyzer/timeline/jsonrows.py): the C renderer
+(analyzer/timeline/_jsonrows.c) and the polars fallback give the same bytes, on unit cases
 and on whole traces."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 from runlens.analyzer.load import load_run
-from runlens.analyzer.render import jsonrows
 from runlens.analyzer.render.chrome_trace import write_trace
-from runlens.analyzer.render.jsonfrag import jstr
-from runlens.analyzer.render.jsonrows import Int, Lists, Rows, Text, Texts
-from runlens.analyzer.timeline import TimelineOptions, build_trace
+from runlens.analyzer.timeline import TimelineOptions, build_trace, jsonrows
+from runlens.analyzer.timeline.jsonfrag import jstr
+from runlens.analyzer.timeline.jsonrows import Int, Lists, Rows, Text, Texts
 
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
@@ -42,7 +41,7 @@ def _both(rows: Rows, start: int, stop: int, prefix: str = ",", suffix: str = "\
 
 def test_the_renderer_is_built():
     assert jsonrows.native is not None, (
-        "analyzer/render/_jsonrows.c was not compiled: install gcc and the Python headers, then "
+        "analyzer/timeline/_jsonrows.c was not compiled: install gcc and the Python headers, then "
         "reinstall (timelines are still written without it, about twice as slowly)")
 
 

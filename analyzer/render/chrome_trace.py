@@ -1,7 +1,7 @@
 """Write a timeline (analyzer/timeline.py) as a Chrome Trace JSON file, streamed.
 
 The document is never held as one string: the header and metadata go first, then each
-part's events in chunks of rows, each chunk rendered by analyzer/jsonrows.py (one JSON
+part's events in chunks of rows, each chunk rendered by analyzer/timeline/jsonrows.py (one JSON
 object per row, prefixed by the comma that separates it from the one before; C when
 built, else polars) and appended to the file, gzip-compressed when the name ends in .gz,
 by a writer thread while the next chunk is rendered. The file appears under its name only when it

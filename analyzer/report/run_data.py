@@ -18,8 +18,8 @@ import polars as pl
 
 from ..analysis.graph import critical_path, no_dataflow
 from ..analysis.nodestats import node_stats
+from ..analysis.runsummary import summary as run_summary
 from ..analysis.steps import median_step, step_times
-from ..analysis.steps import summary as run_summary
 from ..analysis.stepselect import StepChoice, analysed
 from ..analysis.views import VIEWS, ViewOptions
 from ..analysis.warmup import flag_steps

@@ -1,7 +1,7 @@
 """The run directory written by runlens's capture hook (docs/run-dir-format.md).
 
 A thin wrapper: finding the run dirs is analyzer.rundir's job and reading one is
-analyzer.load's (`_load_run_dir`); this module only presents them as a source. Each run
+analyzer.ingest.rundir's (`read_run_dir`); this module only presents them as a source. Each run
 dir (one per worker) is one part.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import rundir
+from ..ingest.rundir import read_run_dir
 from . import Part, Progress, Selection, SourceFrames
 
 
@@ -36,9 +37,7 @@ class RunDirSource:
                 for run in rundir.find_runs(path, workers=chosen.workers)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        from ..load import _load_run_dir
-
-        frames, warnings, digests = _load_run_dir(part.detail, jobs, progress, digests=True)
+        frames, warnings, digests = read_run_dir(part.detail, jobs, progress, digests=True)
         return SourceFrames(frames, warnings, lacks(part.detail, frames), digests=digests)
 
 

@@ -11,7 +11,7 @@ of a node on a thread is computed once per distinct node (a "code", see _executi
 gathered; the per-execution work is integer arrays (numpy): lanes, flow matching,
 critical paths. Each event becomes one row of integer columns, and each kind of event a
 line of literals, integers and indexed texts that renders a row as one JSON object
-(`Part`, analyzer/render/jsonrows.py). The outputs, the flows and the memory counters are built
+(`Part`, analyzer/timeline/jsonrows.py). The outputs, the flows and the memory counters are built
 in a second thread; analyzer/render/chrome_trace.py streams the parts to a file, the op
 events first, while the last parts may still be building.
 """
@@ -24,9 +24,8 @@ import polars as pl
 from ..analysis.graph import edge_pairs, edges, node_ids
 from ..background import Background
 from ..model import Run
-from ..render import trace_events
-from ..render.jsonrows import Texts
-from . import events, flows, lanes, memory
+from . import events, flows, lanes, memory, trace_events
+from .jsonrows import Texts
 from .model import SCHEMA, Part, TimelineOptions, Trace
 
 

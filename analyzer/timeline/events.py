@@ -21,9 +21,9 @@ from ..grouping import (
     shared_codes,
 )
 from ..model import Run
-from ..render import trace_events
-from ..render.jsonfrag import jescape
-from ..render.jsonrows import Lists, Texts
+from . import trace_events
+from .jsonfrag import jescape
+from .jsonrows import Lists, Texts
 from .model import Part
 
 OP_LANES = ["device", "other"]  # lane kinds that hold ops (not kernels or copies)

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 
 from ..analysis.graph import PATH_LANES, Edges, asof_last, path_rows, path_waits
-from ..render import trace_events
-from ..render.jsonrows import Texts
+from . import trace_events
 from .events import OP_LANES, Executions, on_lanes
+from .jsonrows import Texts
 from .model import Part
 
 

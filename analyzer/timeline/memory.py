@@ -10,9 +10,9 @@ import polars as pl
 
 from ..grouping import group_codes, representatives
 from ..model import Run
-from ..render import trace_events
-from ..render.jsonfrag import jstr
-from ..render.jsonrows import Texts
+from . import trace_events
+from .jsonfrag import jstr
+from .jsonrows import Texts
 from .model import Part
 
 

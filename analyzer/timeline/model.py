@@ -1,6 +1,6 @@
 """The timeline's event model: its options, and a Trace of Parts, each the events of one
 kind as rows of integer columns (one row per event) with the line that renders a row
-(analyzer/render/jsonrows.py), possibly still being built in a second thread."""
+(analyzer/timeline/jsonrows.py), possibly still being built in a second thread."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from ..render.jsonrows import Rows
+from .jsonrows import Rows
 
 SCHEMA = 1
 

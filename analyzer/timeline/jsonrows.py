@@ -22,7 +22,7 @@ import polars as pl
 
 native: Any
 try:
-    from .. import _jsonrows as native  # built from analyzer/render/_jsonrows.c
+    from .. import _jsonrows as native  # built from analyzer/timeline/_jsonrows.c
 except ImportError:  # not built: polars renders
     native = None
 
