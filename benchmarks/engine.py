@@ -71,6 +71,10 @@ from benchmarks.engine_measure import (  # noqa: E402
 )
 from benchmarks.machine import machine  # noqa: E402
 
+# runlens's three paths, in the order each round measures them.
+MODES = ("no-cache", "cold", "warm")
+
+
 # ----------------------------------------------------------------------------- build
 
 
@@ -195,7 +199,11 @@ def run_tfprof(out: Path, steps: int) -> dict[str, Any] | None:
     return r
 
 
-def main() -> int:
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line; the parser comes back too, for its one-line errors (exit 2)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--node-stats", type=int, default=1_000_000,
                     help="target number of node stats in the built run (default 1,000,000)")
@@ -225,26 +233,212 @@ def main() -> int:
                                          "profile-warm"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--_run", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap, ap.parse_args()
 
+
+def run_as_child(args: argparse.Namespace) -> bool:
+    """Do the one measurement a parent asked this process for (--_child); False if none.
+
+    Every measurement runs in a fresh process of this same script, so that no import or
+    cache state leaks from one into the next."""
     if args._child in ("cold", "no-cache", "warm"):
         child_engine(args._run, args._child, args.jobs)
-        return 0
-    if args._child == "tfprof":
+    elif args._child == "tfprof":
         child_tfprof(args._run, args.tfprof_steps)
-        return 0
-    if args._child in ("profile-cold", "profile-warm"):
+    elif args._child in ("profile-cold", "profile-warm"):
         child_profile(args._run, args._child, args.jobs, args.profile_top)
-        return 0
+    else:
+        return False
+    return True
 
-    fixture = ROOT / "fixtures" / "runs" / args.fixture
-    if not fixture.is_dir():
-        ap.error(f"{fixture}: no such fixture")
-    mach = machine()
+
+def print_machine(mach: dict[str, Any]) -> None:
+    """The machine and versions first: every figure below depends on them."""
     print(f"machine: {mach['nproc']} CPUs ({mach['cpu']}), {mach['mem_gib']} GiB RAM, "
           f"{mach['os']}; Python {mach['python']}, polars {mach['polars']}, "
           f"protobuf {mach['protobuf']}, tensorflow-cpu {mach['tensorflow']}; "
           f"runlens at {mach['code']}")
+
+
+def print_built(out: Path, fixture: str, built: dict[str, Any]) -> None:
+    """What build_run wrote, so that a reader can tell the size of the measured run."""
+    print(f"built {out}: {built['steps']} steps of {fixture} "
+          f"({min(built['node_stats_per_step'])}-{max(built['node_stats_per_step'])} "
+          f"node stats each), {built['node_stats']:,} node stats, "
+          f"{built['bytes']:,} bytes ({built['bytes'] / 2**20:,.0f} MiB) "
+          f"in {built['build_seconds']:.1f} s")
+
+
+def run_engine(out: Path, mode: str, jobs_args: list[str]) -> dict[str, Any] | None:
+    """One runlens measurement (a child process), printed; None if the child failed."""
+    r = run_child(["--_child", mode, "--_run", str(out), *jobs_args])
+    if r["returncode"] != 0:
+        print(f"engine {mode} failed: {r.get('stderr_tail')}")
+        return None
+    print(f"engine {mode}: ingest {r['ingest_seconds']:.3f} s, views "
+          f"{r['views_seconds']:.3f} s, cache wait "
+          f"{r.get('cache_wait_seconds', 0):.3f} s; "
+          + ", ".join(f"{k} {v:.3f}" for k, v in r["views"].items()
+                      if not k.endswith("_rows"))
+          + f" (imports {r['import_seconds']:.2f} s, not counted)")
+    r["seconds"] = (r["ingest_seconds"] + r["views_seconds"]
+                    + r.get("cache_wait_seconds", 0))
+    return r
+
+
+def measure_rounds(
+    out: Path, args: argparse.Namespace, jobs_args: list[str]
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]] | None:
+    """Every runlens path, then tfprof, in each of --rounds rounds; None if one failed.
+
+    Rounds, not one long stretch per tool: the speed of a shared machine drifts over
+    minutes, and each round's ratios compare runlens with the tfprof of that round."""
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    tfprof_runs: list[dict[str, Any]] = []
+    for round_no in range(1, max(1, args.rounds) + 1):
+        print(f"round {round_no}:")
+        for mode in MODES:
+            r = run_engine(out, mode, jobs_args)
+            if r is None:
+                return None
+            runs[mode].append(r)
+        if not args.no_tfprof:
+            t = run_tfprof(out, args.tfprof_steps)
+            if t is None:
+                return None
+            tfprof_runs.append(t)
+    return runs, tfprof_runs
+
+
+def summarize(results: dict[str, Any], runs: dict[str, list[dict[str, Any]]],
+              tfprof_runs: list[dict[str, Any]], n_runlens: int) -> None:
+    """Medians over rounds into `results`, with each round's ratio against its own tfprof;
+    warns where the figures are not what their labels say."""
+    for mode in MODES:
+        by_time = sorted(runs[mode], key=lambda r: r["seconds"])
+        results[mode] = dict(by_time[len(by_time) // 2])  # the median run
+        results[mode]["all_seconds"] = [r["seconds"] for r in by_time]
+        if tfprof_runs:  # each round's rate against that round's tfprof
+            results[mode]["ratios"] = sorted(
+                (n_runlens / r["seconds"]) / t["rate"]
+                for r, t in zip(runs[mode], tfprof_runs, strict=True))
+    if not results["cold"].get("native_decoder"):
+        print("WARNING: the C decoder is not built here (pip install -e '.[dev]' builds "
+              "it in the tree); ingest used the protobuf walk")
+    if not results["warm"].get("cache_present_before"):
+        print("WARNING: the warm run found no cache; its figures are not warm")
+    if tfprof_runs:
+        by_rate = sorted(tfprof_runs, key=lambda t: t["rate"])
+        results["tfprof"] = dict(by_rate[len(by_rate) // 2])
+        results["tfprof"]["all_rates"] = [t["rate"] for t in by_rate]
+
+
+def profile_paths(out: Path, args: argparse.Namespace, jobs_args: list[str],
+                  results: dict[str, Any]) -> None:
+    """--profile: cProfile the cold and warm paths, each in a child, and print where the
+    time goes (analyzer/ by cumulative time, then all modules by own time)."""
+    for mode in ("cold", "warm"):
+        r = run_child(["--_child", f"profile-{mode}", "--_run", str(out), *jobs_args,
+                       "--profile-top", str(args.profile_top)])
+        results[f"profile_{mode}"] = r
+        print(f"\ncProfile of the {mode} path (load_run + 4 views, jobs="
+              f"{args.jobs or os.cpu_count()}), wall {r.get('wall_seconds', 0):.2f} s "
+              f"under the profiler; top {args.profile_top} analyzer/ functions by "
+              "cumulative time:")
+        print("| function | calls | tottime s | cumtime s |\n|---|---|---|---|")
+        for row in r.get("analyzer_top", []):
+            print(f"| `{row['where']}` | {row['calls']} | {row['tottime']:.2f} | "
+                  f"{row['cumtime']:.2f} |")
+        print("\ntop by own time (all modules):\n" + r.get("tottime_top", ""))
+
+
+def fmt_ratios(values: list[float]) -> str:
+    """The median of sorted ratios, with their range when there are several rounds."""
+    def x(v: float) -> str:
+        return f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
+    mid = x(values[len(values) // 2])
+    return mid if len(values) == 1 else f"{mid} ({x(values[0])}-{x(values[-1])})"
+
+
+def engine_rows(results: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The table's runlens rows: one per path, its median round, split into its parts."""
+    rows = []
+    for mode in MODES:
+        r = results[mode]
+        sec = r["seconds"]
+        label = "cold, --no-cache" if mode == "no-cache" else mode
+        spread = r["all_seconds"]
+        median = (f"; median of {len(spread)}: {spread[0]:.3f}-{spread[-1]:.3f} s"
+                  if len(spread) > 1 else "")
+        rows.append({"name": f"runlens {label}: load_run + 4 views (ingest "
+                             f"{r['ingest_seconds']:.3f} s + views "
+                             f"{r['views_seconds']:.3f} s + cache wait "
+                             f"{r.get('cache_wait_seconds', 0):.3f} s{median})",
+                     "nodes": n, "seconds": sec, "rate": n / sec,
+                     "ratio": fmt_ratios(r["ratios"]) if "ratios" in r else "n/a",
+                     "self": r.get("self_peak_rss_kib"),
+                     "workers": r.get("workers_peak_rss_kib"),
+                     "tree": r.get("tree_peak_rss_kib"),
+                     "other": r.get("other_cpu_seconds")})
+    return rows
+
+
+def tfprof_rows(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table's tfprof rows: add_step + views (the baseline, 1.0x), and add_step alone
+    (most of its time)."""
+    n_views = len([k for k in t["views"] if not k.endswith("_error")])
+    rates = t["all_rates"]
+    spread = (f"; median of {len(rates)}: {rates[0]:,.0f}-{rates[-1]:,.0f} node stats/s"
+              if len(rates) > 1 else "")
+    return [
+        {"name": f"tfprof: add_step + {n_views} views ({t['steps']} steps{spread})",
+         "nodes": t["node_stats"],
+         "seconds": t["add_step_seconds"] + t["views_seconds"],
+         "rate": t["rate"], "ratio": "1.0x",
+         "self": t.get("self_peak_rss_kib"), "workers": None,
+         "tree": t.get("tree_peak_rss_kib"),
+         "other": t.get("other_cpu_seconds")},
+        {"name": "tfprof: add_step only", "nodes": t["node_stats"],
+         "seconds": t["add_step_seconds"],
+         "rate": t["node_stats"] / t["add_step_seconds"],
+         "ratio": "", "self": None, "workers": None, "tree": None},
+    ]
+
+
+def benchmark(args: argparse.Namespace, fixture: Path, out: Path,
+              results: dict[str, Any]) -> int:
+    """Build the run, measure it in rounds, print the table; the exit status."""
+    built = build_run(fixture, out, args.node_stats, args.seed)
+    results["built"] = built
+    print_built(out, args.fixture, built)
+    jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
+    measured = measure_rounds(out, args, jobs_args)
+    if measured is None:
+        return 1
+    runs, tfprof_runs = measured
+    summarize(results, runs, tfprof_runs, built["node_stats"])
+    if args.profile:
+        profile_paths(out, args, jobs_args, results)
+    rows = engine_rows(results, built["node_stats"])
+    if results.get("tfprof") is not None:
+        rows.extend(tfprof_rows(results["tfprof"]))
+    print()
+    print(table(rows))
+    results["table"] = rows
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0
+
+
+def main() -> int:
+    ap, args = parse_args()
+    if run_as_child(args):
+        return 0
+    fixture = ROOT / "fixtures" / "runs" / args.fixture
+    if not fixture.is_dir():
+        ap.error(f"{fixture}: no such fixture")
+    mach = machine()
+    print_machine(mach)
 
     if args.out is not None:
         out = args.out
@@ -258,129 +452,13 @@ def main() -> int:
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
         if not k.startswith("_")}}
     try:
-        built = build_run(fixture, out, args.node_stats, args.seed)
-        results["built"] = built
-        print(f"built {out}: {built['steps']} steps of {args.fixture} "
-              f"({min(built['node_stats_per_step'])}-{max(built['node_stats_per_step'])} "
-              f"node stats each), {built['node_stats']:,} node stats, "
-              f"{built['bytes']:,} bytes ({built['bytes'] / 2**20:,.0f} MiB) "
-              f"in {built['build_seconds']:.1f} s")
-        jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
-
-        modes = ("no-cache", "cold", "warm")
-        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-        tfprof_runs: list[dict[str, Any]] = []
-        for round_no in range(1, max(1, args.rounds) + 1):
-            print(f"round {round_no}:")
-            for mode in modes:
-                r = run_child(["--_child", mode, "--_run", str(out), *jobs_args])
-                if r["returncode"] != 0:
-                    print(f"engine {mode} failed: {r.get('stderr_tail')}")
-                    return 1
-                print(f"engine {mode}: ingest {r['ingest_seconds']:.3f} s, views "
-                      f"{r['views_seconds']:.3f} s, cache wait "
-                      f"{r.get('cache_wait_seconds', 0):.3f} s; "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in r["views"].items()
-                                  if not k.endswith("_rows"))
-                      + f" (imports {r['import_seconds']:.2f} s, not counted)")
-                r["seconds"] = (r["ingest_seconds"] + r["views_seconds"]
-                                + r.get("cache_wait_seconds", 0))
-                runs[mode].append(r)
-            if not args.no_tfprof:
-                r = run_tfprof(out, args.tfprof_steps)
-                if r is None:
-                    return 1
-                tfprof_runs.append(r)
-        for mode in modes:
-            by_time = sorted(runs[mode], key=lambda r: r["seconds"])
-            results[mode] = dict(by_time[len(by_time) // 2])  # the median run
-            results[mode]["all_seconds"] = [r["seconds"] for r in by_time]
-            if tfprof_runs:  # each round's rate against that round's tfprof
-                n_runlens = built["node_stats"]
-                results[mode]["ratios"] = sorted(
-                    (n_runlens / r["seconds"]) / t["rate"]
-                    for r, t in zip(runs[mode], tfprof_runs, strict=True))
-        if not results["cold"].get("native_decoder"):
-            print("WARNING: the C decoder is not built here (pip install -e '.[dev]' builds "
-                  "it in the tree); ingest used the protobuf walk")
-        if not results["warm"].get("cache_present_before"):
-            print("WARNING: the warm run found no cache; its figures are not warm")
-        if tfprof_runs:
-            by_rate = sorted(tfprof_runs, key=lambda t: t["rate"])
-            results["tfprof"] = dict(by_rate[len(by_rate) // 2])
-            results["tfprof"]["all_rates"] = [t["rate"] for t in by_rate]
-
-        if args.profile:
-            for mode in ("cold", "warm"):
-                r = run_child(["--_child", f"profile-{mode}", "--_run", str(out), *jobs_args,
-                               "--profile-top", str(args.profile_top)])
-                results[f"profile_{mode}"] = r
-                print(f"\ncProfile of the {mode} path (load_run + 4 views, jobs="
-                      f"{args.jobs or os.cpu_count()}), wall {r.get('wall_seconds', 0):.2f} s "
-                      f"under the profiler; top {args.profile_top} analyzer/ functions by "
-                      "cumulative time:")
-                print("| function | calls | tottime s | cumtime s |\n|---|---|---|---|")
-                for row in r.get("analyzer_top", []):
-                    print(f"| `{row['where']}` | {row['calls']} | {row['tottime']:.2f} | "
-                          f"{row['cumtime']:.2f} |")
-                print("\ntop by own time (all modules):\n" + r.get("tottime_top", ""))
-
-        rows = []
-        n = built["node_stats"]
-        t = results.get("tfprof")
-
-        def ratios(values: list[float]) -> str:
-            def x(v: float) -> str:
-                return f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
-            mid = x(values[len(values) // 2])
-            return mid if len(values) == 1 else f"{mid} ({x(values[0])}-{x(values[-1])})"
-
-        for mode in ("no-cache", "cold", "warm"):
-            r = results[mode]
-            sec = r["seconds"]
-            label = "cold, --no-cache" if mode == "no-cache" else mode
-            spread = r["all_seconds"]
-            median = (f"; median of {len(spread)}: {spread[0]:.3f}-{spread[-1]:.3f} s"
-                      if len(spread) > 1 else "")
-            rows.append({"name": f"runlens {label}: load_run + 4 views (ingest "
-                                 f"{r['ingest_seconds']:.3f} s + views "
-                                 f"{r['views_seconds']:.3f} s + cache wait "
-                                 f"{r.get('cache_wait_seconds', 0):.3f} s{median})",
-                         "nodes": n, "seconds": sec, "rate": n / sec,
-                         "ratio": ratios(r["ratios"]) if "ratios" in r else "n/a",
-                         "self": r.get("self_peak_rss_kib"),
-                         "workers": r.get("workers_peak_rss_kib"),
-                         "tree": r.get("tree_peak_rss_kib"),
-                         "other": r.get("other_cpu_seconds")})
-        if t is not None:
-            n_views = len([k for k in t["views"] if not k.endswith("_error")])
-            rates = t["all_rates"]
-            spread = (f"; median of {len(rates)}: {rates[0]:,.0f}-{rates[-1]:,.0f} node stats/s"
-                      if len(rates) > 1 else "")
-            rows.append({"name": f"tfprof: add_step + {n_views} views ({t['steps']} steps"
-                                 f"{spread})",
-                         "nodes": t["node_stats"],
-                         "seconds": t["add_step_seconds"] + t["views_seconds"],
-                         "rate": t["rate"], "ratio": "1.0x",
-                         "self": t.get("self_peak_rss_kib"), "workers": None,
-                         "tree": t.get("tree_peak_rss_kib"),
-                         "other": t.get("other_cpu_seconds")})
-            rows.append({"name": "tfprof: add_step only", "nodes": t["node_stats"],
-                         "seconds": t["add_step_seconds"],
-                         "rate": t["node_stats"] / t["add_step_seconds"],
-                         "ratio": "", "self": None, "workers": None, "tree": None})
-        print()
-        print(table(rows))
-        results["table"] = rows
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+        return benchmark(args, fixture, out, results)
     finally:
         if cleanup is not None:
             if args.keep:
                 print(f"kept {out}")
             else:
                 shutil.rmtree(cleanup, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from hook_stats import listing, median_diff_boot, sign_test_p, sus, us  # noqa: E402
 from machine import cpu_busy_seconds, cpu_model  # noqa: E402
 
 DEFAULT_LAYERS = "256,512,512,10"
@@ -208,70 +209,12 @@ def traced_steps(s: Session) -> set[int]:
     }
 
 
-# ----------------------------------------------------------------------------- statistics
-
-
-def median_diff_boot(
-    a: np.ndarray, b: np.ndarray, n_boot: int, rng: np.random.Generator
-) -> tuple[float, float, float]:
-    """median(b) - median(a) and a 95% CI from a hierarchical bootstrap.
-
-    `a` and `b` are (sessions, rounds, steps) arrays measured in the same rounds. Each
-    replicate draws rounds with replacement (the same rounds for a and b), then sessions
-    with replacement within a and within b, then steps with replacement within every
-    (session, round). Rounds carry the machine's drift into the interval, sessions their
-    lifelong offsets, steps the step-to-step noise.
-    """
-    point = float(np.median(b) - np.median(a))
-    n_rounds = a.shape[1]
-    reps = np.empty(n_boot)
-    chunk = max(1, 2_000_000 // max(a.size, b.size))
-    for start in range(0, n_boot, chunk):
-        k = min(chunk, n_boot - start)
-        rounds = rng.integers(0, n_rounds, size=(k, 1, n_rounds))
-        meds = []
-        for x in (a, b):
-            sessions = rng.integers(0, x.shape[0], size=(k, x.shape[0], 1))
-            rows = x[sessions, rounds]  # (k, sessions, rounds, steps)
-            cols = rng.integers(0, x.shape[2], size=rows.shape)
-            meds.append(np.median(np.take_along_axis(rows, cols, axis=3).reshape(k, -1), axis=1))
-        reps[start:start + k] = meds[1] - meds[0]
-    lo, hi = np.percentile(reps, [2.5, 97.5])
-    return point, float(lo), float(hi)
-
-
-def sign_test_p(diffs: np.ndarray) -> float:
-    """Two-sided exact sign test: are the differences positive more often than chance?"""
-    from math import comb
-
-    n = int(np.sum(diffs != 0))
-    k = int(np.sum(diffs > 0))
-    if n == 0:
-        return 1.0
-    tail = sum(comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-def us(x: float) -> str:
-    return f"{x * 1e6:,.0f}"
-
-
-def sus(x: float) -> str:
-    return f"{x * 1e6:+,.0f}"
-
-
-def listing(values: np.ndarray, fmt: Any) -> str:
-    """All values when there are few, else their quartiles."""
-    if len(values) <= 16:
-        return ", ".join(fmt(v) for v in values)
-    q = np.percentile(values, [0, 25, 50, 75, 100])
-    return "min/q1/median/q3/max " + " / ".join(fmt(v) for v in q)
-
-
 # ----------------------------------------------------------------------------- main
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line, checked: settings that would make the comparison meaningless
+    are refused (exit 2) before TensorFlow is imported."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=100, help="steps per session per round")
     ap.add_argument("--rounds", type=int, default=8)
@@ -299,38 +242,54 @@ def main() -> None:
         ap.error("--sessions must be at least 2: one session per config hides session offsets")
     if args.steps * args.rounds < 2 * args.trace_every:
         ap.error("--steps * --rounds should be at least 2 * --trace-every so that D traces")
+    return args
 
-    t_start = time.perf_counter()
-    import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")
-    tf.compat.v1.disable_eager_execution()
-
-    configs = [
+def make_configs(trace_every: int) -> list[Config]:
+    """The hook configurations A-F of the module docstring, in table order."""
+    return [
         Config("A", "no hooks", "none"),
         Config("B", "ProfilerHook(save_steps=10**9), never traces", "profiler"),
         Config("C", "CaptureHook(save_steps=10**9), never traces", "capture"),
-        Config("D", f"CaptureHook(save_steps={args.trace_every})", "capture-traced"),
+        Config("D", f"CaptureHook(save_steps={trace_every})", "capture-traced"),
         Config("E", "no hooks; caller also fetches the global-step read", "none",
                fetch_step=True),
         Config("F", "no hooks; caller also fetches a constant", "none", fetch_const=True),
     ]
-    by_key = {c.key: c for c in configs}
 
+
+def make_batches(args: argparse.Namespace) -> list[tuple]:
+    """Eight seeded input batches, fed in turn, so that every session sees the same data."""
     data_rng = np.random.default_rng(args.seed)
-    batches = [
+    return [
         (
             data_rng.standard_normal((args.batch, args.layers[0]), dtype=np.float32),
             data_rng.integers(0, args.layers[-1], size=args.batch, dtype=np.int32),
         )
         for _ in range(8)
     ]
-    order_rng = np.random.default_rng(args.seed + 1)
 
+
+@dataclass
+class Measured:
+    """What the timed rounds leave besides the step times kept in each Session."""
+
+    before: tuple[float | None, float, float]  # (machine busy CPU-s, own CPU-s, wall)
+    after: tuple[float | None, float, float]
+    c_traced: int  # steps C traced (should be 0)
+    d_traced: list[set[int]]  # global steps each D session traced
+
+
+def measure(configs: list[Config], args: argparse.Namespace, batches: list[tuple],
+            order_rng: np.random.Generator) -> Measured:
+    """Build every session, warm them up, then time --rounds rounds of --steps steps each.
+
+    Sessions are built round-robin in a shuffled order, so that no configuration gets all
+    the first (or last) sessions of the process, and run in an order shuffled per round,
+    so that the machine's drift hits every configuration alike."""
+    by_key = {c.key: c for c in configs}
     with tempfile.TemporaryDirectory(prefix="runlens-hook-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        # Build round-robin in a shuffled order, so that no configuration gets all the
-        # first (or last) sessions of the process.
         for i in range(args.sessions):
             build_order = list(configs)
             order_rng.shuffle(build_order)  # type: ignore[arg-type]
@@ -339,14 +298,14 @@ def main() -> None:
         segments = [s for cfg in configs for s in cfg.sessions]
         for s in segments:  # warm-up: executors built, caches and allocator warm
             run_steps(s, args.warmup, record=False)
-        busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+        before = (cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter())
         for _ in range(args.rounds):
             order = list(segments)
             if args.order == "shuffle":
                 order_rng.shuffle(order)  # type: ignore[arg-type]
             for s in order:
                 run_steps(s, args.steps, record=True)
-        busy1, own1, wall1 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+        after = (cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter())
         for s in segments:
             actual = read_global_step(s)
             if actual != s.step_count:
@@ -355,12 +314,14 @@ def main() -> None:
         d_traced = [traced_steps(s) for s in by_key["D"].sessions]
         for s in segments:
             s.sess.close()
-    wall = time.perf_counter() - t_start
+    return Measured(before, after, c_traced, d_traced)
 
-    # ------------------------------------------------------------------ analysis
-    rng = np.random.default_rng(args.seed + 2)
-    arr = {c.key: c.times() for c in configs if c.key != "D"}
-    d = by_key["D"]
+
+def split_d(
+    d: Config, d_traced: list[set[int]], args: argparse.Namespace
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """D's step times split into untraced (sessions, rounds, steps) and traced (flat),
+    and the mask of the traced ones: the two kinds of step cost very different things."""
     d_all = d.times()
     d_mask = np.array(
         [np.isin(np.array(s.post_steps), list(t)) for s, t in zip(d.sessions, d_traced,
@@ -371,18 +332,21 @@ def main() -> None:
     cells = [[d_all[i, r][~d_mask[i, r]] for r in range(args.rounds)]
              for i in range(args.sessions)]
     m = min(len(c) for row in cells for c in row)
-    arr["D untraced"] = np.array([[c[:m] for c in row] for row in cells])
-    d_traced_times = d_all[d_mask]
-    a = arr["A"]
-    a_med = float(np.median(a))
+    return np.array([[c[:m] for c in row] for row in cells]), d_mask, d_all[d_mask]
 
+
+def print_setup(args: argparse.Namespace, tf_version: str, wall: float, measured: Measured,
+                d_mask: np.ndarray) -> None:
+    """The setting, and how busy the rest of the machine was while the rounds ran: other
+    processes' load inflates the step times and their spread."""
     print()
-    print(f"python {platform.python_version()}, TensorFlow {tf.__version__}, "
+    print(f"python {platform.python_version()}, TensorFlow {tf_version}, "
           f"{os.cpu_count()} CPUs ({cpu_model()}), "
           f"MLP {'-'.join(map(str, args.layers))}, batch {args.batch}, input={args.input}, "
           f"loop fetches {'[train_op, loss]' if args.fetch_loss else 'train_op'}")
     print(f"{args.rounds} rounds x {args.sessions} sessions x {args.steps} steps per config, "
           f"after {args.warmup} warm-up steps per session; wall time {wall:.0f} s")
+    (busy0, own0, wall0), (busy1, own1, wall1) = measured.before, measured.after
     if busy0 is not None and busy1 is not None:
         timed = wall1 - wall0
         other = max(0.0, (busy1 - busy0) - (own1 - own0))
@@ -392,8 +356,19 @@ def main() -> None:
         if other > 0.1 * timed:
             print("WARNING: other processes were busy during the measurement; step times and "
                   "their spread are inflated. Rerun on a quiet machine for a clean number.")
-    print(f"C traced {c_traced} steps; D traced {sum(len(t) for t in d_traced)} steps "
+    print(f"C traced {measured.c_traced} steps; D traced "
+          f"{sum(len(t) for t in measured.d_traced)} steps "
           f"({int(d_mask.sum())} of them in the timed rounds)")
+
+
+def print_table(configs: list[Config], arr: dict[str, np.ndarray], d_traced_times: np.ndarray,
+                args: argparse.Namespace,
+                rng: np.random.Generator) -> dict[str, tuple[float, float, float]]:
+    """The Markdown table of every configuration against A; returns each one's
+    (median difference, CI low, CI high) in seconds for the verdict."""
+    a = arr["A"]
+    a_med = float(np.median(a))
+    d = next(c for c in configs if c.key == "D")
     print()
     print("| config | hooks | timed steps | median (µs) | p90 (µs) "
           "| Δ median vs A (µs) [95% CI] | Δ vs A (%) | session medians (µs) |")
@@ -418,12 +393,17 @@ def main() -> None:
         med, p90 = float(np.median(d_traced_times)), float(np.percentile(d_traced_times, 90))
         print(f"| D traced | {d.label}, traced steps | {d_traced_times.size} | {us(med)} "
               f"| {us(p90)} | {sus(med - a_med)} | {100 * (med - a_med) / a_med:+.0f}% | |")
+    return results
 
-    # ------------------------------------------------------------------ noise and verdict
+
+def print_noise(a: np.ndarray, c: np.ndarray, args: argparse.Namespace) -> float:
+    """How much A moves by itself (rounds, identical sessions), and C - A round by round,
+    so that the verdict can be read against the noise; returns the sd of A's per-round
+    medians in seconds."""
+    a_med = float(np.median(a))
     a_round_meds = np.median(a.transpose(1, 0, 2).reshape(args.rounds, -1), axis=1)
     sd_rounds = float(np.std(a_round_meds, ddof=1)) if args.rounds > 1 else float("nan")
     a_sessions = np.median(a.reshape(args.sessions, -1), axis=1)
-    c = arr["C"]
     c_round_diffs = (
         np.median(c.transpose(1, 0, 2).reshape(args.rounds, -1), axis=1) - a_round_meds
     )
@@ -437,7 +417,14 @@ def main() -> None:
     print(f"Per-round C - A (µs): {listing(c_round_diffs, sus)}; "
           f"C slower in {int(np.sum(c_round_diffs > 0))}/{args.rounds} rounds "
           f"(sign test p = {sign_p:.3f}).")
+    return sd_rounds
 
+
+def print_verdict(results: dict[str, tuple[float, float, float]], arr: dict[str, np.ndarray],
+                  d_traced_times: np.ndarray, sd_rounds: float, trace_every: int) -> None:
+    """The answer to the claim under test (C - A), then the references that explain it:
+    TF's own hook, the replicate D, the extra fetch alone, and what tracing costs."""
+    a_med = float(np.median(arr["A"]))
     p, lo, hi = results["C"]
     excludes_zero = lo > 0 or hi < 0
     print()
@@ -467,10 +454,35 @@ def main() -> None:
               f"[{sus(flo)}, {sus(fhi)}].")
     if d_traced_times.size:
         d_un_med = float(np.median(arr["D untraced"]))
-        extra = (float(np.mean(d_traced_times)) - d_un_med) / args.trace_every
+        extra = (float(np.mean(d_traced_times)) - d_un_med) / trace_every
         print(f"  A traced step costs {us(float(np.median(d_traced_times)) - d_un_med)} µs more "
-              f"than an untraced one (median); tracing every {args.trace_every} steps adds "
+              f"than an untraced one (median); tracing every {trace_every} steps adds "
               f"{us(extra)} µs ({100 * extra / a_med:.1f}%) to the mean step time.")
+
+
+def main() -> None:
+    args = parse_args()
+    t_start = time.perf_counter()
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    tf.compat.v1.disable_eager_execution()
+
+    configs = make_configs(args.trace_every)
+    batches = make_batches(args)
+    order_rng = np.random.default_rng(args.seed + 1)
+    measured = measure(configs, args, batches, order_rng)
+    wall = time.perf_counter() - t_start
+
+    rng = np.random.default_rng(args.seed + 2)
+    arr = {c.key: c.times() for c in configs if c.key != "D"}
+    d = next(c for c in configs if c.key == "D")
+    arr["D untraced"], d_mask, d_traced_times = split_d(d, measured.d_traced, args)
+
+    print_setup(args, tf.__version__, wall, measured, d_mask)
+    results = print_table(configs, arr, d_traced_times, args, rng)
+    sd_rounds = print_noise(arr["A"], arr["C"], args)
+    print_verdict(results, arr, d_traced_times, sd_rounds, args.trace_every)
 
 
 if __name__ == "__main__":

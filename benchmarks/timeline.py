@@ -48,7 +48,8 @@ def best_of(repeat: int, fn: Callable[[int], Any]) -> tuple[float, Any]:
     return best, result
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line (parsed before any heavy import, so that --help is fast)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--node-stats", type=int, default=200_000)
     ap.add_argument("--fixture", default="rnn_while")
@@ -59,17 +60,93 @@ def main() -> int:
     ap.add_argument("--overwrite", action="store_true",
                     help="every repeat writes the same file names (on ext4, replacing a "
                          "file flushes the new one's data) instead of new files")
-    args = ap.parse_args()
-
-    def fresh(name: str, i: int) -> str:
-        """The file name of repeat i: new files unless --overwrite."""
-        return name if args.overwrite else f"r{i}-{name}"
+    return ap.parse_args()
 
 
-    from engine import build_run, machine
-    from runlens.analyzer.load import load_run
+def fresh(name: str, i: int, overwrite: bool) -> str:
+    """The file name of repeat i: new files unless --overwrite."""
+    return name if overwrite else f"r{i}-{name}"
+
+
+def time_runlens(run: Any, tmp: Path, args: argparse.Namespace, label: str,
+                 chosen: list[int], nodes: int, name: str, **kw: Any) -> dict[str, Any]:
+    """One table row: export() of `chosen` steps to tmp/name, best of --repeat; the
+    files are removed afterwards (disk space)."""
     from runlens.analyzer.render.chrome_trace import export
     from runlens.analyzer.timeline import TimelineOptions
+
+    opts = TimelineOptions(tuple(chosen), **kw)
+    sec, w = best_of(args.repeat,
+                     lambda i: export(run, tmp / fresh(name, i, args.overwrite), opts))
+    written = tmp / fresh(name, args.repeat - 1, args.overwrite)
+    row = {"name": label, "steps": len(chosen), "nodes": nodes,
+           "seconds": sec, "mb": w.json_bytes / 1e6,
+           "file_mb": written.stat().st_size / 1e6}
+    for i in range(args.repeat):  # disk space
+        (tmp / fresh(name, i, args.overwrite)).unlink(missing_ok=True)
+    return row
+
+
+def runlens_rows(run: Any, tmp: Path, args: argparse.Namespace, subset: list[int],
+                 n_subset: int) -> list[dict[str, Any]]:
+    """runlens's rows: what tf.timeline is asked for (dataflow + memory), our default
+    (+ critical path), gzip, and the same steps tf.timeline gets."""
+    steps, n_all = run.steps, run.nodes.height
+    return [
+        time_runlens(run, tmp, args, "runlens, dataflow + memory", steps, n_all, "a.json",
+                     critical_path=False),
+        time_runlens(run, tmp, args, "runlens, dataflow + memory + critical path (default)",
+                     steps, n_all, "b.json"),
+        time_runlens(run, tmp, args, "runlens, default, .json.gz", steps, n_all,
+                     "c.json.gz"),
+        time_runlens(run, tmp, args, f"runlens, dataflow + memory, first {len(subset)} steps",
+                     subset, n_subset, "d.json", critical_path=False),
+    ]
+
+
+def tf_timeline_row(tmp: Path, args: argparse.Namespace, n_steps: int,
+                    n_subset: int) -> dict[str, Any]:
+    """tf.timeline's row: Timeline(step_stats).generate_chrome_trace_format + the file
+    write per step, as ProfilerHook does, best of --repeat; parsing is not timed."""
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.client import timeline as tf_timeline
+
+    files = sorted((tmp / "run" / "steps").glob("step-*.pb"))[:n_steps]
+    metas = [config_pb2.RunMetadata.FromString(p.read_bytes()) for p in files]
+    tf_nodes = sum(len(d.node_stats) for md in metas for d in md.step_stats.dev_stats)
+    assert tf_nodes == n_subset, (tf_nodes, n_subset)
+
+    def tf_export(repeat: int) -> int:
+        size = 0
+        for i, md in enumerate(metas):
+            text = tf_timeline.Timeline(md.step_stats).generate_chrome_trace_format(
+                show_dataflow=True, show_memory=True)
+            (tmp / fresh(f"tf-{i}.json", repeat, args.overwrite)).write_text(text)
+            size += len(text)
+        return size
+
+    sec, size = best_of(args.repeat, tf_export)
+    return {"name": f"tf.timeline, show_dataflow + show_memory, first "
+                    f"{n_steps} steps", "steps": n_steps, "nodes": tf_nodes,
+            "seconds": sec, "mb": size / 1e6, "file_mb": size / 1e6}
+
+
+def print_table(rows: list[dict[str, Any]], tf_rate: float) -> None:
+    """The Markdown table; every rate against tf.timeline's."""
+    print("\n| exporter | steps | node stats | seconds | node stats/s | MB of JSON | "
+          "vs tf.timeline |\n|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        rate = r["nodes"] / r["seconds"]
+        mb = f"{r['mb']:.1f}" + (f" ({r['file_mb']:.1f} gz)" if r["file_mb"] != r["mb"]
+                                 else "")
+        print(f"| {r['name']} | {r['steps']} | {r['nodes']:,} | {r['seconds']:.3f} | "
+              f"{rate:,.0f} | {mb} | {rate / tf_rate:.1f}x |")
+
+
+def main() -> int:
+    args = parse_args()
+    from engine import build_run, machine
+    from runlens.analyzer.load import load_run
 
     m = machine()
     print(f"machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, {m['os']}; "
@@ -79,62 +156,15 @@ def main() -> int:
         built = build_run(ROOT / "fixtures" / "runs" / args.fixture, tmp / "run",
                           args.node_stats, args.seed)
         run = load_run(tmp / "run", use_cache=False)
-        steps = run.steps
-        n_all = run.nodes.height
-        print(f"built {built['steps']} steps of {args.fixture}: {n_all:,} node stats "
-              f"({run.outputs.height:,} outputs, {run.allocations.height:,} allocation "
+        print(f"built {built['steps']} steps of {args.fixture}: {run.nodes.height:,} node "
+              f"stats ({run.outputs.height:,} outputs, {run.allocations.height:,} allocation "
               "records); loaded once, not timed")
-        subset = steps[: args.tf_steps]
+        subset = run.steps[: args.tf_steps]
         n_subset = run.nodes.filter(run.nodes["step"].is_in(subset)).height
-        rows: list[dict[str, Any]] = []
-
-        def ours(label: str, chosen: list[int], nodes: int, name: str, **kw: Any) -> None:
-            opts = TimelineOptions(tuple(chosen), **kw)
-            sec, w = best_of(args.repeat, lambda i: export(run, tmp / fresh(name, i), opts))
-            written = tmp / fresh(name, args.repeat - 1)
-            rows.append({"name": label, "steps": len(chosen), "nodes": nodes,
-                         "seconds": sec, "mb": w.json_bytes / 1e6,
-                         "file_mb": written.stat().st_size / 1e6})
-            for i in range(args.repeat):  # disk space
-                (tmp / fresh(name, i)).unlink(missing_ok=True)
-
-        ours("runlens, dataflow + memory", steps, n_all, "a.json", critical_path=False)
-        ours("runlens, dataflow + memory + critical path (default)", steps, n_all, "b.json")
-        ours("runlens, default, .json.gz", steps, n_all, "c.json.gz")
-        ours(f"runlens, dataflow + memory, first {len(subset)} steps", subset, n_subset,
-             "d.json", critical_path=False)
-
-        from tensorflow.core.protobuf import config_pb2
-        from tensorflow.python.client import timeline as tf_timeline
-
-        files = sorted((tmp / "run" / "steps").glob("step-*.pb"))[: len(subset)]
-        metas = [config_pb2.RunMetadata.FromString(p.read_bytes()) for p in files]
-        tf_nodes = sum(len(d.node_stats) for md in metas for d in md.step_stats.dev_stats)
-        assert tf_nodes == n_subset, (tf_nodes, n_subset)
-
-        def tf_export(repeat: int) -> int:
-            size = 0
-            for i, md in enumerate(metas):
-                text = tf_timeline.Timeline(md.step_stats).generate_chrome_trace_format(
-                    show_dataflow=True, show_memory=True)
-                (tmp / fresh(f"tf-{i}.json", repeat)).write_text(text)
-                size += len(text)
-            return size
-
-        sec, size = best_of(args.repeat, tf_export)
-        tf_rate = tf_nodes / sec
-        rows.append({"name": f"tf.timeline, show_dataflow + show_memory, first "
-                             f"{len(subset)} steps", "steps": len(subset), "nodes": tf_nodes,
-                     "seconds": sec, "mb": size / 1e6, "file_mb": size / 1e6})
-
-        print("\n| exporter | steps | node stats | seconds | node stats/s | MB of JSON | "
-              "vs tf.timeline |\n|---|---:|---:|---:|---:|---:|---:|")
-        for r in rows:
-            rate = r["nodes"] / r["seconds"]
-            mb = f"{r['mb']:.1f}" + (f" ({r['file_mb']:.1f} gz)" if r["file_mb"] != r["mb"]
-                                     else "")
-            print(f"| {r['name']} | {r['steps']} | {r['nodes']:,} | {r['seconds']:.3f} | "
-                  f"{rate:,.0f} | {mb} | {rate / tf_rate:.1f}x |")
+        rows = runlens_rows(run, tmp, args, subset, n_subset)
+        tf_row = tf_timeline_row(tmp, args, len(subset), n_subset)
+        rows.append(tf_row)
+        print_table(rows, tf_row["nodes"] / tf_row["seconds"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
