@@ -10,7 +10,6 @@ import ast
 from pathlib import Path
 
 import networkx as nx
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,8 +117,6 @@ def test_independent_packages_do_not_import_each_other():
     assert not found, "\n".join(found)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: compare <-> baseline <-> baseruns, broken on "
-                   "the gate's branch (merged next)")
 def test_no_import_cycle():
     cycles = [sorted(c) for c in nx.strongly_connected_components(_graph()) if len(c) > 1]
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
