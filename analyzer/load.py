@@ -34,7 +34,13 @@ from .errors import InputFileError, RunDirError
 from .model import Run, built, derive_keys
 from .productcache import Origin
 from .rundir import RunDir
-from .schema import GRAPH_NODE_SCHEMA, LACKS_SCHEMA, STEP_SPAN_SCHEMA
+from .schema import (
+    ATTRIBUTION_SCHEMA,
+    GRAPH_NODE_SCHEMA,
+    LACKS_SCHEMA,
+    STEP_SPAN_SCHEMA,
+    TIMING_SCHEMA,
+)
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]
@@ -206,6 +212,8 @@ def _load_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bo
         "op_log": op_log,
         "code": code,
         "step_spans": pl.DataFrame(schema=STEP_SPAN_SCHEMA),
+        "attribution": pl.DataFrame(schema=ATTRIBUTION_SCHEMA),
+        "timing": pl.DataFrame(schema=TIMING_SCHEMA),
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
     # Executions and outputs are identified by key; the worker is a column of the keys.

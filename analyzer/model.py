@@ -151,6 +151,8 @@ class Run:
     op_log = _Frame()
     code = _Frame()
     step_spans = _Frame()
+    attribution = _Frame()
+    timing = _Frame()
 
     def __init__(self, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                  warnings: list[str] | None = None,
