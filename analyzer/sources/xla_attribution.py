@@ -20,30 +20,39 @@ events plus one alignment per distinct launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .hlo_schedule import Launches, kernel_name
+from ..proto import hlo_pb2
+from .hlo_schedule import Launches, kernel_name, launch_order
 from .xla_align import MAX_CELLS, align, scores
 
 HLO_OP, NAME, SCHEDULE, NONE = 0, 1, 2, 3
 HOW = ("op stat", "kernel name", "schedule", "unattributed")  # "op stat": hlo_op, TF annotation
 
 
-@dataclass
 class Module:
-    """What attribution needs of one XLA module: its instruction names and launch order."""
+    """What attribution needs of one XLA module: its instruction names, and (built when
+    first asked: only modules that ran command buffers need it) its launch order."""
 
-    program: int
-    name: str
-    instructions: set[str]
-    launches: Launches
-    position: dict[str, int] = field(default_factory=dict)  # instruction -> launch index
+    def __init__(self, program: int, name: str, instructions: set[str],
+                 proto: hlo_pb2.HloModuleProto) -> None:
+        self.program, self.name, self.instructions = program, name, instructions
+        self._proto: hlo_pb2.HloModuleProto | None = proto
+        self._launches: Launches | None = None
+        self.position: dict[str, int] = {}  # instruction -> launch index
+        self.by_kernel: dict[str, str] = {}  # kernel name -> instruction
 
-    def __post_init__(self) -> None:
-        self.position = {n: i for i, n in enumerate(self.launches.names)}
-        self.by_kernel = {kernel_name(n): n for n in self.instructions}
+    @property
+    def launches(self) -> Launches:
+        if self._launches is None:
+            assert self._proto is not None
+            self._launches = launch_order(self._proto)
+            self._proto = None
+            self.position = {n: i for i, n in enumerate(self._launches.names)}
+            self.by_kernel = {kernel_name(n): n for n in self.instructions}
+        return self._launches
 
 
 @dataclass
@@ -105,9 +114,11 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
              how: np.ndarray, target_of, cache: dict) -> None:  # type: ignore[no-untyped-def]
     """Rules 2 and 3: each command-buffer launch (a run of unplaced events with one
     correlation id) aligned between the launch positions of its placed neighbours."""
+    placed = how[rows] == HLO_OP
+    if placed.all():
+        return
     launches = module.launches
     m = len(launches.names)
-    placed = how[rows] == HLO_OP
     pos = np.full(len(rows), -1, np.int64)
     if placed.any():
         names = [ev.hlo_ops[c] for c in ev.hlo_op[rows[placed]].tolist()]
@@ -117,8 +128,6 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
     before = np.maximum.accumulate(np.where(anchor, idx, -1))
     after = np.minimum.accumulate(np.where(anchor, idx, len(rows))[::-1])[::-1]
     free = np.flatnonzero(~placed)
-    if not len(free):
-        return
     corr = ev.corr[rows[free]]
     cut = np.flatnonzero((np.diff(free) != 1) | (np.diff(corr) != 0)) + 1
     for group in np.split(free, cut):

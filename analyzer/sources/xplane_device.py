@@ -109,18 +109,18 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         got.lines.append((int(m.group(1)), line.name, n))
     if not got.lines:
         return
-    name = _names(got, kernels, programs, ops)
+    name, how, by_hlo = _names(got, kernels, programs, ops)
+    extra.hlo = extra.hlo or by_hlo  # the HLO gives op types and code
     _add_lines(got, name, lane, lane_name, ops, nested=None)  # kernels nest nothing
-    how = np.where(name[1] == NONE, NONE, name[1])
     dur = got.col("dur")
     for h, label in enumerate(HOW):
         extra.attribution.append((device, label, int(dur[how == h].sum())))
 
 
 def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(name id per event, how it was placed): the HLO op where xla_attribution places
-    it, else the launching TF op, else unattributed."""
+           ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(name id per event, how it was placed, whether the HLO placed any): the HLO op
+    where xla_attribution places it, else the launching TF op, else unattributed."""
     text = got.texts
     program = got.col("program")
     module = got.col("module")
@@ -151,17 +151,17 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
         name[rest] = np.array(ids, np.int64)[inverse]
     # An event a TF op launched counts as placed by its annotation ("hlo_op" row).
     how = np.where((how == NONE) & (tf >= 0), 0, how)
-    return name, how
+    return name, how, bool(len(placed))
 
 
-def _add_lines(got: _Columns, name: tuple[np.ndarray, np.ndarray], lane: int,
+def _add_lines(got: _Columns, name: np.ndarray, lane: int,
                lane_name: str, ops: Any, nested: np.ndarray | None) -> None:
     start, dur, group = got.col("start"), got.col("dur"), got.col("group")
     own_all = dur if nested is None else np.maximum(dur - nested, 0)
     at = 0
     for thread, line_name, n in got.lines:
         s, d, own = start[at: at + n], dur[at: at + n], own_all[at: at + n]
-        ops.add(lane, thread, s, d, own, name[0][at: at + n], group[at: at + n])
+        ops.add(lane, thread, s, d, own, name[at: at + n], group[at: at + n])
         ops.threads[(lane_name, thread)] = line_name
         at += n
 
@@ -200,8 +200,7 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
     if not got.lines:
         return
     name = got.col("name")
-    _add_lines(got, (name, np.zeros(len(name), np.int64)), lane, lane_name, ops,
-               nested=got.col("nested"))
+    _add_lines(got, name, lane, lane_name, ops, nested=got.col("nested"))
     unplaced = np.array([ops.names[i][0].startswith("unattributed:") for i in name.tolist()],
                         bool) if len(name) else np.zeros(0, bool)
     dur = got.col("dur")

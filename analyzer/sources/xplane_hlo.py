@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
-from .hlo_schedule import launch_order
 from .xla_attribution import Module
 
 
@@ -90,16 +89,20 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
         program = program or module.id or meta.id
         index = module.stack_frame_index
         names = set()
+        frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
         for comp in module.computations:
             for inst in comp.instructions:
                 m = inst.metadata
                 names.add(inst.name)
+                where = (m.stack_frame_id, m.source_file, m.source_line)
+                if where not in frames:  # instructions share their ops' stacks
+                    frames[where] = _frames(m, index)
                 out.ops[(program, inst.name)] = HloOp(
                     op_name=m.op_name or inst.name,
                     op_type=_op_type(m, inst.opcode),
-                    frames=_frames(m, index),
+                    frames=frames[where],
                 )
-        out.modules[program] = Module(program, module.name, names, launch_order(module))
+        out.modules[program] = Module(program, module.name, names, module)
         out.by_name.setdefault(module.name, program)
     return out
 

@@ -95,6 +95,7 @@ class Extra:
     hlo: bool = False
     # Device time per (device, how its events were placed: xla_attribution.HOW), in ps.
     attribution: list[tuple[str, str, int]] = field(default_factory=list)
+    programs: Programs | None = None  # the HLO of the metadata plane (xplane_hlo)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
@@ -305,8 +306,8 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
     """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
     from .xplane_device import read_gpu, read_tpu
 
-    ops, extra = Ops(), Extra()
     programs = Programs({}, {}, {}, [])
+    ops, extra = Ops(), Extra(programs=programs)
     for plane in planes:
         if plane.name == "/host:metadata":
             found = read_programs(plane.meta)
