@@ -27,6 +27,15 @@ from ..model import Run
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]
+TIME_METRICS = ("micros", "cpu_micros", "accelerator_micros")
+
+
+def exact_times(run: Run) -> bool:
+    """Whether the run's op times follow xprof's rules, not tfprof's (its `timing` frame:
+    an XSpace profile): each execution's nanoseconds summed as they are (Float64 micros),
+    never rounded to a whole microsecond with 0 counted as 1 (docs/xplane.md "Times")."""
+    rules = run.timing.get_column("rules")
+    return len(rules) > 0 and bool((rules == "xprof").all())
 
 
 def _per_node(run: Run, step: int) -> pl.DataFrame:
@@ -81,7 +90,9 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     keep = counted & ~pl.col("dropped")
     if step >= 0:
         keep = keep & (pl.col("step") == step)
-    us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
+    exact = exact_times(run)
+    us = (pl.col("op_end_rel_ns") / 1000.0 if exact else
+          pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us")))
     cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
 
     def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
@@ -104,7 +115,8 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     )
     steps_run = pl.col("step_run").drop_nulls().n_unique()
     sums = masked.group_by("node_id").agg(
-        *[(pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
+        *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
+          else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
         steps_run=steps_run.cast(pl.UInt32),
     ).collect()
     return (

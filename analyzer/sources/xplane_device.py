@@ -219,9 +219,8 @@ def _tpu_name(meta: Any, names: dict[int, str], programs: Programs, ops: Any) ->
     if op is not None:
         return ops.name_id(f"{op.op_name}:{inst}", op.op_type)
     tf_op = stats["tf_op"].str_value if "tf_op" in stats else ""
-    op_name = tf_op[:-1] if tf_op.endswith(":") else tf_op
-    if not op_name:
-        return ops.name_id(*_unattributed(inst))
     category = stats["hlo_category"].str_value if "hlo_category" in stats else ""
-    primitive = op_name.rsplit("/", 1)[-1]
-    return ops.name_id(f"{op_name}:{inst}", primitive or category or "hlo")
+    if not tf_op:  # an op of XLA's own (copy-start/done): named by its instruction
+        return ops.name_id(f"{inst}:{inst}", category or "hlo")
+    op_name = tf_op.removesuffix(":")
+    return ops.name_id(f"{op_name}:{inst}", op_name.rsplit("/", 1)[-1] or category)
