@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from runlens.analyzer.analysis.attribution import attribution_shares
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
