@@ -102,11 +102,13 @@ CODE_SCHEMA: Schema = {
 LACKS_SCHEMA: Schema = {"what": pl.String, "why": pl.String}
 # The span of a step where the input says it (an xplane step marker, the device span of a
 # step's group): analyzer.analysis.steps takes it over the span of the step's executions.
-# Accelerator profiles give two spans, both kept: `start_ns`/`end_ns` the step's own (the
-# host's step marker, or the device work of a preprocessed GPU step), `device_*` the span
-# of the step's device work (xprof's device-side step time); null where there is none.
+# Accelerator profiles give two spans, both kept: `start_ns`/`end_ns` the step's own (`kind`
+# "marker": the host's step marker; "device": the device work of a preprocessed GPU step),
+# `device_*` the span of the step's device work (xprof's device-side step time); null where
+# there is none.
 STEP_SPAN_SCHEMA: Schema = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
-                            "device_start_ns": pl.Int64, "device_end_ns": pl.Int64}
+                            "kind": pl.String, "device_start_ns": pl.Int64,
+                            "device_end_ns": pl.Int64}
 # Accelerator profiles: device time by how its events were tied to ops ("op stat",
 # "kernel name", "schedule", "unattributed": analyzer/sources/xla_attribution.py), per device.
 ATTRIBUTION_SCHEMA: Schema = {"device": pl.String, "how": pl.String, "device_ps": pl.Int64}

@@ -459,7 +459,8 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations,
-            "step_spans": step_spans(spans, step, start, column(ops.dur_ps, np.int64),
-                                     on_device),
+            "step_spans": step_spans(
+                spans, "device" if np.any(on_device & (column(ops.group, np.int64) >= 0))
+                else "marker", step, start, column(ops.dur_ps, np.int64), on_device),
             "attribution": attribution(extra.attribution),
             "timing": pl.DataFrame({"rules": ["xprof"]}, schema=schema.TIMING_SCHEMA)}

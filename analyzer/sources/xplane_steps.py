@@ -15,14 +15,18 @@ import polars as pl
 from .. import schema
 
 
-def step_spans(spans: list[tuple[int, int, int]], step: np.ndarray, start_ps: np.ndarray,
-               dur_ps: np.ndarray, on_device: np.ndarray) -> pl.DataFrame:
-    """(step, start_ns, end_ns) of `spans` with each step's device span beside it; a step
-    with device work and no span of its own gets a row with its device span only."""
+def step_spans(spans: list[tuple[int, int, int]], kind: str, step: np.ndarray,
+               start_ps: np.ndarray, dur_ps: np.ndarray, on_device: np.ndarray
+               ) -> pl.DataFrame:
+    """(step, start_ns, end_ns) of `spans` (of `kind`: "marker" or "device") with each
+    step's device span beside it; a step with device work and no span of its own gets a
+    row with its device span only."""
     own = pl.DataFrame({"step": [x[0] for x in spans],
                         "start_ns": [x[1] // 1000 for x in spans],
-                        "end_ns": [x[2] // 1000 for x in spans]},
-                       schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+                        "end_ns": [x[2] // 1000 for x in spans],
+                        "kind": [kind] * len(spans)},
+                       schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                               "kind": pl.String})
     device = pl.DataFrame({"step": step[on_device], "start": start_ps[on_device],
                            "end": start_ps[on_device] + dur_ps[on_device]},
                           schema={"step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
