@@ -219,6 +219,7 @@ def test_sub_microsecond_ops_are_not_rounded() -> None:
     The text shows a sub-10 us time with its decimal."""
     from runlens.analyzer.analysis.nodestats import node_stats
     from runlens.analyzer.render.units import fmt_us
+
     from tests.xplane_run import fixture_file, xplane_run
     from tests.xprof_oracle import framework_op_stats
 
