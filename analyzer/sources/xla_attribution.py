@@ -88,7 +88,8 @@ def attribute(ev: Events, modules: dict[int, Module]
 
     cache: dict[tuple, np.ndarray] = {}
     for program in np.unique(ev.program).tolist():
-        module = modules.get(program)
+        # A uint64 program_id over 2**63 reads back negative from the int64 columns.
+        module = modules.get(program) or modules.get(program + (1 << 64))
         if module is None:
             continue
         rows = np.flatnonzero(ev.program == program)

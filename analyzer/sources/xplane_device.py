@@ -80,7 +80,8 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
     lane_name = f"{device}/stream:all"
     lane = ops.lane_id(lane_name)
     mids = np.array(sorted(plane.meta.event_metadata), np.int64)
-    kernels = [plane.meta.event_metadata[int(i)].name for i in mids]
+    # The last name stands for an event whose metadata the plane lacks.
+    kernels = [plane.meta.event_metadata[int(i)].name for i in mids] + [""]
     got = _Columns()
     for line in plane.lines(wanted, jobs):
         m = _STREAM_LINE.match(line.name)
@@ -94,12 +95,13 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         for i in first.tolist():
             launched = _launcher(*(t[which[i]] for which, t in coded))
             _, node, op_type = parse_op_name(launched) if launched else (0, "", "")
-            kernel = kernels[int(np.searchsorted(mids, line.mid[i]))]
+            kernel = plane.meta.event_metadata[int(line.mid[i])].name \
+                if int(line.mid[i]) in plane.meta.event_metadata else ""
             tf_named.append(ops.name_id(f"{node}:{kernel}", op_type) if op_type else -1)
         hlo_which, hlo_texts = texts(plane, line, get("hlo_op"), index)
         mod_which, mod_texts = texts(plane, line, get("hlo_module"), index)
         got.add(tf=np.array(tf_named, np.int64)[inverse],
-                kernel=_lookup(mids, np.arange(len(mids)), line.mid, -1),
+                kernel=_lookup(mids, np.arange(len(mids)), line.mid, len(mids)),
                 hlo=got.text_codes(hlo_which, hlo_texts),
                 module=got.text_codes(mod_which, mod_texts),
                 program=_int_stat(line, get("program_id"), n),
@@ -127,7 +129,7 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
     by_name = np.array([programs.by_name.get(t, -1) for t in text], np.int64)
     program = np.where(program >= 0, program, by_name[module])
     kernel = got.col("kernel")
-    events = Events(kernel=np.maximum(kernel, 0), kernels=kernels or [""],
+    events = Events(kernel=kernel, kernels=kernels,
                     hlo_op=got.col("hlo"), hlo_ops=text, program=program,
                     corr=got.col("corr"), start=got.col("start"))
     target, how, targets = attribute(events, programs.modules)
@@ -145,8 +147,7 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
     rest = np.flatnonzero(name < 0)
     if len(rest):
         first, inverse = _codes(kernel[rest])
-        ids = [ops.name_id(*_unattributed(kernels[int(kernel[rest[i]])] if
-                                          kernel[rest[i]] >= 0 else ""))
+        ids = [ops.name_id(*_unattributed(kernels[int(kernel[rest[i]])]))
                for i in first.tolist()]
         name[rest] = np.array(ids, np.int64)[inverse]
     # An event a TF op launched counts as placed by its annotation ("hlo_op" row).
