@@ -134,7 +134,8 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
     for group in np.split(free, cut):
         lo = int(pos[before[group[0]]]) + 1 if before[group[0]] >= 0 else 0
         hi = int(pos[after[group[-1]]]) if after[group[-1]] < len(rows) else m
-        window = [(lo, m), (0, hi)] if hi < lo else [(lo, hi)]
+        # No launch between its neighbours: the module's next run began in between.
+        window = [(lo, m), (0, hi)] if hi <= lo else [(lo, hi)]
         kernels = ev.kernel[rows[group]]
         key = (module.program, tuple(window), kernels.tobytes())
         got = cache.get(key)
