@@ -86,6 +86,13 @@ def test_command_buffers_off_per_op_equals_xprof(name: str) -> None:
     assert off.height == 0, off
     how = attribution_shares(run_of(name))
     assert how["op stat"] == 1.0 and how["schedule"] == how["unattributed"] == 0.0
+    # The views count every kernel as a run (xprof's occurrences), not 0 as a host lane
+    # rule would.
+    from runlens.analyzer.analysis.nodestats import node_stats
+
+    run = run_of(name)
+    assert node_stats(run, 1)["occurrence"].sum() == run.nodes.filter(
+        pl.col("step") == 1).height
     # Hence each scope's share within 5% of xprof's (it is equal to the ns).
     both = shares(our_scopes(name)).join(shares(xprof_scopes(name)), on="scope",
                                          suffix="_x")

@@ -84,6 +84,7 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         # Executions on a second canonical device are dropped, as tfprof does.
         dropped=on_device & canonical.is_not_null() & (pl.col("device") != canonical),
         on_canonical=(on_device & (pl.col("device") == canonical)).fill_null(False),
+        device_only=canonical.is_null(),  # ran on accelerator streams only (a JAX kernel)
     )
     key_id = run.executions.get_column("key_id")
     ex = ex.with_columns(flags.select(pl.all().gather(key_id)).get_columns())
@@ -104,7 +105,10 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         cpu_micros=where(cpu_lane, us),
         accelerator_micros=where(accel_lane, us),
         micros=where(cpu_lane | accel_lane, us),
-        occurrence=where(cpu_lane, pl.lit(1, pl.Int64)),
+        # Runs: on the canonical lane (tfprof); under xprof's rules also an accelerator-only
+        # op's device events, as xprof's HLO op stats count them.
+        occurrence=where(cpu_lane | (accel_lane & pl.col("device_only") & exact),
+                         pl.lit(1, pl.Int64)),
         requested_bytes=where(on_canonical, pl.col("mem_total_bytes") + pl.col("temp_bytes")
                               + pl.col("persistent_bytes")),
         peak_bytes=where(on_canonical, pl.col("mem_peak_bytes") + pl.col("temp_bytes")
