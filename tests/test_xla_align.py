@@ -6,11 +6,17 @@ of no module, a launch too big to align)."""
 from __future__ import annotations
 
 import numpy as np
-
 from runlens.analyzer.proto import hlo_pb2
 from runlens.analyzer.sources import xla_align
-from runlens.analyzer.sources.xla_attribution import (HLO_OP, NAME, NONE, SCHEDULE, Events,
-                                                      Module, attribute)
+from runlens.analyzer.sources.xla_attribution import (
+    HLO_OP,
+    NAME,
+    NONE,
+    SCHEDULE,
+    Events,
+    Module,
+    attribute,
+)
 
 # (name, opcode): a block of two reused fusions and a cuBLAS call, twice, then a copy.
 INSTRUCTIONS = [("p", "parameter"), ("fusion.1", "fusion"), ("cublas.1", "custom-call"),
