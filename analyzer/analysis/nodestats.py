@@ -4,7 +4,9 @@ Every view aggregates these. The rules (docs/tfprof-semantics.md, verified node 
 against tfprof in tests/test_parity.py):
 
 - An execution counts when all_start_micros > 0; its time is op_end_rel_micros, with 0
-  rounded up to 1us. CPU time sums the device's own (canonical) lane, and so does the
+  rounded up to 1us. XSpace profiles follow xprof's rules instead (`exact_times`: their
+  `timing` frame): the time is op_end_rel_ns / 1000 unrounded, averages divide truly,
+  and an op that ran on accelerator streams only counts its device events as runs. CPU time sums the device's own (canonical) lane, and so does the
   run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
   count toward neither.
 - A node belongs to the first canonical device it runs on; executions on another
