@@ -6,8 +6,8 @@ against tfprof in tests/test_parity.py):
 - An execution counts when all_start_micros > 0; its time is op_end_rel_micros, with 0
   rounded up to 1us. XSpace profiles follow xprof's rules instead (`exact_times`: their
   `timing` frame): the time is op_end_rel_ns / 1000 unrounded, averages divide truly,
-  and an op that ran on accelerator streams only counts its device events as runs. CPU time sums the device's own (canonical) lane, and so does the
-  run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
+  and an op that ran on accelerator streams only counts its device events as runs.
+  CPU time sums the device's own (canonical) lane, and so does the run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
   count toward neither.
 - A node belongs to the first canonical device it runs on; executions on another
   canonical device are ignored, and memory counts only on the canonical device lane.
@@ -94,6 +94,24 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     if step >= 0:
         keep = keep & (pl.col("step") == step)
     exact = exact_times(run)
+    masked = _masked(ex, keep, exact)
+    steps_run = pl.col("step_run").drop_nulls().n_unique()
+    sums = masked.group_by("node_id").agg(
+        *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
+          else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
+        steps_run=steps_run.cast(pl.UInt32),
+    ).collect()
+    return (
+        nodes.with_row_index("node_id")
+        .join(per_node, on="node_id", how="left")
+        .join(sums, on="node_id", how="left")
+        .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
+                exec_op="exec_op", kernel="kernel", fused_ops="fused_ops")
+    )
+
+
+def _masked(ex: pl.LazyFrame, keep: pl.Expr, exact: bool) -> pl.LazyFrame:
+    """Each execution's contribution to each metric (0 where it does not count)."""
     us = (pl.col("op_end_rel_ns") / 1000.0 if exact else
           pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us")))
     cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
@@ -101,7 +119,7 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
         return pl.when(keep & mask).then(value).otherwise(0)
 
-    masked = ex.select(
+    return ex.select(
         "node_id",
         step_run=pl.when(keep).then(pl.col("step")),
         cpu_micros=where(cpu_lane, us),
@@ -118,19 +136,6 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         residual_bytes=where(on_canonical, pl.col("mem_live_bytes")
                              + pl.col("persistent_bytes")),
         output_bytes=where(on_canonical, pl.col("output_bytes")),
-    )
-    steps_run = pl.col("step_run").drop_nulls().n_unique()
-    sums = masked.group_by("node_id").agg(
-        *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
-          else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
-        steps_run=steps_run.cast(pl.UInt32),
-    ).collect()
-    return (
-        nodes.with_row_index("node_id")
-        .join(per_node, on="node_id", how="left")
-        .join(sums, on="node_id", how="left")
-        .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
-                exec_op="exec_op", kernel="kernel", fused_ops="fused_ops")
     )
 
 
