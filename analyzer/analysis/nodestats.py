@@ -7,8 +7,9 @@ against tfprof in tests/test_parity.py):
   rounded up to 1us. XSpace profiles follow xprof's rules instead (`exact_times`: their
   `timing` frame): the time is op_end_rel_ns / 1000 unrounded, averages divide truly,
   and an op that ran on accelerator streams only counts its device events as runs.
-  CPU time sums the device's own (canonical) lane, and so does the run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
-  count toward neither.
+  CPU time sums the device's own (canonical) lane, and so does the run count;
+  accelerator time sums `/stream:all`; per-stream, memcpy and other lanes count toward
+  neither.
 - A node belongs to the first canonical device it runs on; executions on another
   canonical device are ignored, and memory counts only on the canonical device lane.
 - requested = sum(memory.total_bytes) + temp + persistent; peak = sum(memory.peak_bytes)
