@@ -6,8 +6,9 @@ xprof's):
   an identifier starting upper case or '_'), and tf.data stages `Iterator::A::B` (type
   "Dataset"); JAX/XLA CPU thunks (events with an `hlo_op` stat), named by the framework
   op of their HLO instruction (see xplane_hlo);
-- device planes (`/device:GPU:N`): every event on a `Stream #N(...)` line (kernels and
-  memcpys), tied to the TF op that launched it by its `level 0` annotation.
+- device planes (xplane_device): every event on a GPU's `Stream #N(...)` line (kernels,
+  memsets, memcpys), tied to its XLA program's HLO instruction (xla_attribution) or to
+  the TF op that launched it (`level 0` annotation); a TPU's `XLA Ops`.
 Derived lines a preprocessed file may hold ("TensorFlow Ops", "Steps", ...) are skipped.
 
 An op's time: `op_end_rel` is its self time (its duration less the ops nested in it on the
