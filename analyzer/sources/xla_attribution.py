@@ -120,10 +120,8 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
         return
     launches = module.launches
     m = len(launches.names)
-    pos = np.full(len(rows), -1, np.int64)
-    if placed.any():
-        names = [ev.hlo_ops[c] for c in ev.hlo_op[rows[placed]].tolist()]
-        pos[placed] = [module.position.get(x, -1) for x in names]
+    at_code = np.array([module.position.get(t, -1) for t in ev.hlo_ops], np.int64)
+    pos = np.where(placed, at_code[ev.hlo_op[rows]], -1)
     anchor = placed & (pos >= 0)
     idx = np.arange(len(rows))
     before = np.maximum.accumulate(np.where(anchor, idx, -1))
@@ -140,18 +138,25 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
         key = (module.program, tuple(window), kernels.tobytes())
         got = cache.get(key)
         if got is None:
-            got = cache[key] = _place([ev.kernels[k] for k in kernels.tolist()],
-                                      launches, window)
-        at = rows[group]
-        for i, j in enumerate(got.tolist()):
-            kernel = ev.kernels[int(kernels[i])]
-            if j >= 0:
-                inst = launches.names[j]
-                target[at[i]] = target_of(module.program, inst)
-                how[at[i]] = NAME if launches.kernels[j] == kernel else SCHEDULE
-            elif kernel in module.by_kernel:
-                target[at[i]] = target_of(module.program, module.by_kernel[kernel])
-                how[at[i]] = NAME
+            got = cache[key] = _targets([ev.kernels[k] for k in kernels.tolist()], module,
+                                        window, target_of)
+        target[rows[group]], how[rows[group]] = got
+
+
+def _targets(kernels: list[str], module: Module, window: list[tuple[int, int]],
+             target_of) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """(target, how) of one buffer launch's kernels: rule 2, else rule 3, else none."""
+    launches = module.launches
+    target = np.full(len(kernels), -1, np.int64)
+    how = np.full(len(kernels), NONE, np.int64)
+    for i, j in enumerate(_place(kernels, launches, window).tolist()):
+        if j >= 0:
+            target[i] = target_of(module.program, launches.names[j])
+            how[i] = NAME if launches.kernels[j] == kernels[i] else SCHEDULE
+        elif kernels[i] in module.by_kernel:
+            target[i] = target_of(module.program, module.by_kernel[kernels[i]])
+            how[i] = NAME
+    return target, how
 
 
 def _place(kernels: list[str], launches: Launches, window: list[tuple[int, int]]

@@ -202,8 +202,9 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         return
     name = got.col("name")
     _add_lines(got, name, lane, lane_name, ops, nested=got.col("nested"))
-    unplaced = np.array([ops.names[i][0].startswith("unattributed:") for i in name.tolist()],
-                        bool) if len(name) else np.zeros(0, bool)
+    ids = np.unique(name)
+    none = ids[[ops.names[i][0].startswith("unattributed:") for i in ids.tolist()]]
+    unplaced = np.isin(name, none)
     dur = got.col("dur")
     extra.attribution.append((device, HOW[0], int(dur[~unplaced].sum())))
     extra.attribution.append((device, HOW[-1], int(dur[unplaced].sum())))
