@@ -202,9 +202,10 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         return
     name = got.col("name")
     _add_lines(got, name, lane, lane_name, ops, nested=got.col("nested"))
-    ids = np.unique(name)
-    none = ids[[ops.names[i][0].startswith("unattributed:") for i in ids.tolist()]]
-    unplaced = np.isin(name, none)
+    distinct = np.unique(name)
+    none = np.array([ops.names[int(i)][0].startswith("unattributed:") for i in distinct],
+                    bool)
+    unplaced = np.isin(name, distinct[none])
     dur = got.col("dur")
     extra.attribution.append((device, HOW[0], int(dur[~unplaced].sum())))
     extra.attribution.append((device, HOW[-1], int(dur[unplaced].sum())))
