@@ -232,6 +232,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 
 
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
+    from .analyzer.analysis.attribution import attribution_note
     from .analyzer.analysis.stepselect import require_traced
     from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
     from .analyzer.units import lacks_by_reason
@@ -247,6 +248,8 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         require_traced(run, options.step, run_dir)
     for why, what in lacks_by_reason(run.lacks).items():
         click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
+    if note := attribution_note(run):  # accelerator profiles: how much is tied to ops
+        click.echo(f"analyze: note: {note}", err=True)
     missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
     if missing:
         click.echo(f"analyze: {kind} view skipped: needs "

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 CANONICAL_DEVICE_RE = r"^.*/(device:gpu|gpu|device:cpu|cpu|device:sycl):\d+$"
 _DEVICE_PREFIX_RE = r"^(.*/(?:device:)?[a-z_]*(?:cpu|gpu|tpu|sycl)[a-z_]*:\d+)"
 # "name = Op(inputs)", after an optional allocation prefix ("[mklcpu 0.1MB 0.1MB] ").
-_LABEL_OP_RE = r"^(?:\[[^\]]*\] )?\S+ = ([A-Za-z0-9_>.]+)\("
+_LABEL_OP_RE = r"^(?:\[[^\]]*\] )?\S+ = ([A-Za-z0-9_>.-]+)\("
 # oneDNN's names for the kernels it implements (_MklMatMul, _MklNativeConv2D): the same op.
 _ONEDNN_PREFIX_RE = r"^_Mkl(?:Native)?"
 # TensorFlow ops whose names start with "Fused" (anything else named Fused* once the
@@ -151,6 +151,8 @@ class Run:
     op_log = _Frame()
     code = _Frame()
     step_spans = _Frame()
+    attribution = _Frame()
+    timing = _Frame()
 
     def __init__(self, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                  warnings: list[str] | None = None,

@@ -102,19 +102,32 @@ CODE_SCHEMA: Schema = {
 LACKS_SCHEMA: Schema = {"what": pl.String, "why": pl.String}
 # The span of a step where the input says it (an xplane step marker, the device span of a
 # step's group): analyzer.analysis.steps takes it over the span of the step's executions.
-STEP_SPAN_SCHEMA: Schema = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+# Accelerator profiles give two spans, both kept: `start_ns`/`end_ns` the step's own (`kind`
+# "marker": the host's step marker; "device": the device work of a preprocessed GPU step),
+# `device_*` the span of the step's device work (xprof's device-side step time); null where
+# there is none.
+STEP_SPAN_SCHEMA: Schema = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                            "kind": pl.String, "device_start_ns": pl.Int64,
+                            "device_end_ns": pl.Int64}
+# Accelerator profiles: device time by how its events were tied to ops ("op stat",
+# "kernel name", "schedule", "unattributed": analyzer/sources/xla_attribution.py), per device.
+ATTRIBUTION_SCHEMA: Schema = {"device": pl.String, "how": pl.String, "device_ps": pl.Int64}
+# The rules an input's op times follow, where they are not tfprof's (whole microseconds per
+# execution, 0 counted as 1): "xprof" (XSpace: nanoseconds summed exactly). No row: tfprof.
+TIMING_SCHEMA: Schema = {"rules": pl.String}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added
 # (sources.raw_frames); executions/keys and output_rows/output_keys are split by key.
 PLAIN_FRAMES: dict[str, Schema] = {
     "memory": MEMORY_SCHEMA, "allocations": ALLOCATION_SCHEMA, "threads": THREAD_SCHEMA,
     "graph_nodes": GRAPH_NODE_SCHEMA, "op_log": OP_LOG_SCHEMA, "code": CODE_SCHEMA,
-    "step_spans": STEP_SPAN_SCHEMA,
+    "step_spans": STEP_SPAN_SCHEMA, "attribution": ATTRIBUTION_SCHEMA, "timing": TIMING_SCHEMA,
 }
 
 # A Run's frames (analyzer.model.Run).
 RUN_FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
-              "threads", "graph_nodes", "op_log", "code", "step_spans")
+              "threads", "graph_nodes", "op_log", "code", "step_spans", "attribution",
+              "timing")
 # What the cache keeps of a part: the Run's frames and what the input lacks. What is
 # derived from them (per-node numbers, trees...) is kept beside, by analyzer.products.
 CACHED_FRAMES = (*RUN_FRAMES, "lacks")

@@ -57,3 +57,16 @@ def framework_op_stats(path: Path) -> pl.DataFrame:
     return pl.DataFrame(rows, orient="row", schema={
         "where": pl.String, "name": pl.String, "type": pl.String, "occurrences": pl.Int64,
         "time_ps": pl.Int64, "self_time_ps": pl.Int64})
+
+
+def hlo_op_stats(path: Path) -> pl.DataFrame:
+    """xprof's HLO op stats of a device profile (OpStats.device_op_metrics_db, what its
+    hlo_stats and op_profile pages show): one row per (program_id, HLO op): framework op
+    (`provenance` less its trailing ':'), category, occurrences, time_ps, self_time_ps."""
+    rows = [(m.hlo_module_id, m.name, m.provenance.removesuffix(":"), m.category,
+             m.occurrences, m.time_ps, m.self_time_ps)
+            for m in op_stats(path).device_op_metrics_db.metrics_db if m.category != "IDLE"]
+    return pl.DataFrame(rows, orient="row", schema={
+        "program_id": pl.UInt64, "hlo_op": pl.String, "op_name": pl.String,
+        "category": pl.String, "occurrences": pl.Int64, "time_ps": pl.Int64,
+        "self_time_ps": pl.Int64})

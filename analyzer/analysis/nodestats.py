@@ -4,9 +4,12 @@ Every view aggregates these. The rules (docs/tfprof-semantics.md, verified node 
 against tfprof in tests/test_parity.py):
 
 - An execution counts when all_start_micros > 0; its time is op_end_rel_micros, with 0
-  rounded up to 1us. CPU time sums the device's own (canonical) lane, and so does the
-  run count; accelerator time sums `/stream:all`; per-stream, memcpy and other lanes
-  count toward neither.
+  rounded up to 1us. XSpace profiles follow xprof's rules instead (`exact_times`: their
+  `timing` frame): the time is op_end_rel_ns / 1000 unrounded, averages divide truly,
+  and an op that ran on accelerator streams only counts its device events as runs.
+  CPU time sums the device's own (canonical) lane, and so does the run count;
+  accelerator time sums `/stream:all`; per-stream, memcpy and other lanes count toward
+  neither.
 - A node belongs to the first canonical device it runs on; executions on another
   canonical device are ignored, and memory counts only on the canonical device lane.
 - requested = sum(memory.total_bytes) + temp + persistent; peak = sum(memory.peak_bytes)
@@ -27,6 +30,15 @@ from ..model import Run
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]
+TIME_METRICS = ("micros", "cpu_micros", "accelerator_micros")
+
+
+def exact_times(run: Run) -> bool:
+    """Whether the run's op times follow xprof's rules, not tfprof's (its `timing` frame:
+    an XSpace profile): each execution's nanoseconds summed as they are (Float64 micros),
+    never rounded to a whole microsecond with 0 counted as 1 (docs/xplane.md "Times")."""
+    rules = run.timing.get_column("rules")
+    return len(rules) > 0 and bool((rules == "xprof").all())
 
 
 def _per_node(run: Run, step: int) -> pl.DataFrame:
@@ -75,36 +87,19 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         # Executions on a second canonical device are dropped, as tfprof does.
         dropped=on_device & canonical.is_not_null() & (pl.col("device") != canonical),
         on_canonical=(on_device & (pl.col("device") == canonical)).fill_null(False),
+        device_only=canonical.is_null(),  # ran on accelerator streams only (a JAX kernel)
     )
     key_id = run.executions.get_column("key_id")
     ex = ex.with_columns(flags.select(pl.all().gather(key_id)).get_columns())
     keep = counted & ~pl.col("dropped")
     if step >= 0:
         keep = keep & (pl.col("step") == step)
-    us = pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
-    cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
-
-    def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
-        return pl.when(keep & mask).then(value).otherwise(0)
-
-    masked = ex.select(
-        "node_id",
-        step_run=pl.when(keep).then(pl.col("step")),
-        cpu_micros=where(cpu_lane, us),
-        accelerator_micros=where(accel_lane, us),
-        micros=where(cpu_lane | accel_lane, us),
-        occurrence=where(cpu_lane, pl.lit(1, pl.Int64)),
-        requested_bytes=where(on_canonical, pl.col("mem_total_bytes") + pl.col("temp_bytes")
-                              + pl.col("persistent_bytes")),
-        peak_bytes=where(on_canonical, pl.col("mem_peak_bytes") + pl.col("temp_bytes")
-                         + pl.col("persistent_bytes")),
-        residual_bytes=where(on_canonical, pl.col("mem_live_bytes")
-                             + pl.col("persistent_bytes")),
-        output_bytes=where(on_canonical, pl.col("output_bytes")),
-    )
+    exact = exact_times(run)
+    masked = _masked(ex, keep, exact)
     steps_run = pl.col("step_run").drop_nulls().n_unique()
     sums = masked.group_by("node_id").agg(
-        *[(pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
+        *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
+          else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
         steps_run=steps_run.cast(pl.UInt32),
     ).collect()
     return (
@@ -113,6 +108,35 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         .join(sums, on="node_id", how="left")
         .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
                 exec_op="exec_op", kernel="kernel", fused_ops="fused_ops")
+    )
+
+
+def _masked(ex: pl.LazyFrame, keep: pl.Expr, exact: bool) -> pl.LazyFrame:
+    """Each execution's contribution to each metric (0 where it does not count)."""
+    us = (pl.col("op_end_rel_ns") / 1000.0 if exact else
+          pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us")))
+    cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
+
+    def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
+        return pl.when(keep & mask).then(value).otherwise(0)
+
+    return ex.select(
+        "node_id",
+        step_run=pl.when(keep).then(pl.col("step")),
+        cpu_micros=where(cpu_lane, us),
+        accelerator_micros=where(accel_lane, us),
+        micros=where(cpu_lane | accel_lane, us),
+        # Runs: on the canonical lane (tfprof); under xprof's rules also an accelerator-only
+        # op's device events, as xprof's HLO op stats count them.
+        occurrence=where(cpu_lane | (accel_lane & pl.col("device_only") & exact),
+                         pl.lit(1, pl.Int64)),
+        requested_bytes=where(on_canonical, pl.col("mem_total_bytes") + pl.col("temp_bytes")
+                              + pl.col("persistent_bytes")),
+        peak_bytes=where(on_canonical, pl.col("mem_peak_bytes") + pl.col("temp_bytes")
+                         + pl.col("persistent_bytes")),
+        residual_bytes=where(on_canonical, pl.col("mem_live_bytes")
+                             + pl.col("persistent_bytes")),
+        output_bytes=where(on_canonical, pl.col("output_bytes")),
     )
 
 

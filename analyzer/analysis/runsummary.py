@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from ..model import Run
+from .attribution import attribution_note, attribution_shares
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
 
@@ -22,10 +23,25 @@ def summary(run: Run, choice: Any = None) -> dict:
     flags = chosen_steps(run, choice)
     times = step_times(run).join(flags.select("worker", "step", "analysed", "why"),
                                  on=["worker", "step"], how="left")
-    d = times.filter(pl.col("analysed")).get_column("duration_ns") / 1000.0
+    analysed = times.filter(pl.col("analysed"))
+    d = analysed.get_column("duration_ns") / 1000.0
+    dev = analysed.get_column("device_ns").drop_nulls() / 1000.0
 
     def num(x: Any) -> float:
         return round(float(x or 0.0), 1)
+
+    def stats(v: pl.Series) -> dict:
+        return {"count": len(v), "mean": num(v.mean()), "median": num(v.median()),
+                "p90": num(v.quantile(0.9, "nearest")), "min": num(v.min()),
+                "max": num(v.max()), "stdev": num(v.std())}
+
+    kinds = analysed.get_column("kind").unique().to_list()
+    extra: dict[str, Any] = {"step_time_kind": kinds[0] if len(kinds) == 1 else "mixed"}
+    if len(dev):  # accelerator profiles: the device side of each step, named apart
+        extra["device_step_time_us"] = stats(dev)
+    if run.attribution.height:
+        extra["attribution"] = attribution_shares(run)
+        extra["attribution_note"] = attribution_note(run)
 
     per_device = (
         run.nodes.group_by("device")
@@ -40,19 +56,13 @@ def summary(run: Run, choice: Any = None) -> dict:
         "distinct_nodes": run.nodes.select(pl.struct("worker", "node_name").n_unique()).item(),
         "op_types": run.nodes.get_column("op_type").n_unique(),
         "devices": per_device.to_dicts(),
-        "step_time_us": {
-            "count": len(d),
-            "mean": num(d.mean()),
-            "median": num(d.median()),
-            "p90": num(d.quantile(0.9, "nearest")),
-            "min": num(d.min()),
-            "max": num(d.max()),
-            "stdev": num(d.std()),
-        },
+        "step_time_us": stats(d),
+        **extra,
         "left_out": left_out(run, choice),
         "per_step": times.select(
             "worker", "step", (pl.col("duration_ns") / 1000).round(1).alias("duration_us"),
-            "node_stats", "analysed",
+            (pl.col("device_ns") / 1000).round(1).alias("device_us"), "node_stats",
+            "analysed",
         ).to_dicts(),
         "warnings": run.warnings,
         "lacks": run.lacks,

@@ -10,9 +10,13 @@ from ..model import Run
 def step_times(run: Run) -> pl.DataFrame:
     """One row per (worker, step): start_ns, end_ns and duration_ns over all lanes, or
     the step's span where the input says it (`step_spans`: an xplane step marker, the
-    device span of a GPU step; docs/xplane.md)."""
+    device span of a GPU step; docs/xplane.md), `kind` saying which ("marker", "device",
+    "executions"); and on accelerator profiles the step's device work apart:
+    device_start_ns, device_end_ns, device_ns (first to last device event: xprof's
+    device-side step time; null without device work)."""
     spans = run.step_spans.lazy().select(
-        "worker", "step", span_start="start_ns", span_end="end_ns")
+        "worker", "step", "kind", "device_start_ns", "device_end_ns", span_start="start_ns",
+        span_end="end_ns")
     return (
         run.nodes_lazy().select("worker", "step", "start_ns", "all_end_rel_ns")
         .group_by("worker", "step")
@@ -25,7 +29,9 @@ def step_times(run: Run) -> pl.DataFrame:
         .with_columns(start_ns=pl.coalesce("span_start", "start_ns"),
                       end_ns=pl.coalesce("span_end", "end_ns"))
         .drop("span_start", "span_end")
-        .with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+                      device_ns=pl.col("device_end_ns") - pl.col("device_start_ns"),
+                      kind=pl.col("kind").fill_null("executions"))
         .sort("worker", "step")
         .collect()
     )

@@ -25,25 +25,33 @@ _sym_db = _symbol_database.Default()
 from . import xla_data_pb2 as runlens_dot_analyzer_dot_proto_dot_xla__data__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n runlens/analyzer/proto/hlo.proto\x12\x0erunlens.tf.xla\x1a%runlens/analyzer/proto/xla_data.proto\">\n\x08HloProto\x12\x32\n\nhlo_module\x18\x01 \x01(\x0b\x32\x1e.runlens.tf.xla.HloModuleProto\"\xc6\x01\n\x0eHloModuleProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1e\n\x16\x65ntry_computation_name\x18\x02 \x01(\t\x12\x39\n\x0c\x63omputations\x18\x03 \x03(\x0b\x32#.runlens.tf.xla.HloComputationProto\x12\n\n\x02id\x18\x05 \x01(\x03\x12?\n\x11stack_frame_index\x18\x11 \x01(\x0b\x32$.runlens.tf.xla.StackFrameIndexProto\"j\n\x13HloComputationProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x39\n\x0cinstructions\x18\x02 \x03(\x0b\x32#.runlens.tf.xla.HloInstructionProto\x12\n\n\x02id\x18\x05 \x01(\x03\"m\n\x13HloInstructionProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06opcode\x18\x02 \x01(\t\x12,\n\x08metadata\x18\x07 \x01(\x0b\x32\x1a.runlens.tf.xla.OpMetadata\x12\n\n\x02id\x18# \x01(\x03\"\xe3\x02\n\x14StackFrameIndexProto\x12\x12\n\nfile_names\x18\x01 \x03(\t\x12\x16\n\x0e\x66unction_names\x18\x02 \x03(\t\x12I\n\x0e\x66ile_locations\x18\x03 \x03(\x0b\x32\x31.runlens.tf.xla.StackFrameIndexProto.FileLocation\x12\x45\n\x0cstack_frames\x18\x04 \x03(\x0b\x32/.runlens.tf.xla.StackFrameIndexProto.StackFrame\x1aL\n\x0c\x46ileLocation\x12\x14\n\x0c\x66ile_name_id\x18\x01 \x01(\x05\x12\x18\n\x10\x66unction_name_id\x18\x02 \x01(\x05\x12\x0c\n\x04line\x18\x03 \x01(\x05\x1a?\n\nStackFrame\x12\x18\n\x10\x66ile_location_id\x18\x01 \x01(\x05\x12\x17\n\x0fparent_frame_id\x18\x02 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n runlens/analyzer/proto/hlo.proto\x12\x0erunlens.tf.xla\x1a%runlens/analyzer/proto/xla_data.proto\">\n\x08HloProto\x12\x32\n\nhlo_module\x18\x01 \x01(\x0b\x32\x1e.runlens.tf.xla.HloModuleProto\"\x98\x02\n\x0eHloModuleProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1e\n\x16\x65ntry_computation_name\x18\x02 \x01(\t\x12\x39\n\x0c\x63omputations\x18\x03 \x03(\x0b\x32#.runlens.tf.xla.HloComputationProto\x12\n\n\x02id\x18\x05 \x01(\x03\x12\x1c\n\x14\x65ntry_computation_id\x18\x06 \x01(\x03\x12\x32\n\x08schedule\x18\x07 \x01(\x0b\x32 .runlens.tf.xla.HloScheduleProto\x12?\n\x11stack_frame_index\x18\x11 \x01(\x0b\x32$.runlens.tf.xla.StackFrameIndexProto\"\xee\x01\n\x10HloScheduleProto\x12\x42\n\tsequences\x18\x01 \x03(\x0b\x32/.runlens.tf.xla.HloScheduleProto.SequencesEntry\x1a.\n\x13InstructionSequence\x12\x17\n\x0finstruction_ids\x18\x01 \x03(\x03\x1a\x66\n\x0eSequencesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x43\n\x05value\x18\x02 \x01(\x0b\x32\x34.runlens.tf.xla.HloScheduleProto.InstructionSequence:\x02\x38\x01\"j\n\x13HloComputationProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x39\n\x0cinstructions\x18\x02 \x03(\x0b\x32#.runlens.tf.xla.HloInstructionProto\x12\n\n\x02id\x18\x05 \x01(\x03\"\xd6\x01\n\x13HloInstructionProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06opcode\x18\x02 \x01(\t\x12,\n\x08metadata\x18\x07 \x01(\x0b\x32\x1a.runlens.tf.xla.OpMetadata\x12\x13\n\x0b\x66usion_kind\x18\x0b \x01(\t\x12\x1a\n\x12\x63ustom_call_target\x18\x1c \x01(\t\x12\n\n\x02id\x18# \x01(\x03\x12\x1e\n\x16\x63\x61lled_computation_ids\x18& \x03(\x03\x12\x16\n\x0e\x62\x61\x63kend_config\x18+ \x01(\x0c\"\xe3\x02\n\x14StackFrameIndexProto\x12\x12\n\nfile_names\x18\x01 \x03(\t\x12\x16\n\x0e\x66unction_names\x18\x02 \x03(\t\x12I\n\x0e\x66ile_locations\x18\x03 \x03(\x0b\x32\x31.runlens.tf.xla.StackFrameIndexProto.FileLocation\x12\x45\n\x0cstack_frames\x18\x04 \x03(\x0b\x32/.runlens.tf.xla.StackFrameIndexProto.StackFrame\x1aL\n\x0c\x46ileLocation\x12\x14\n\x0c\x66ile_name_id\x18\x01 \x01(\x05\x12\x18\n\x10\x66unction_name_id\x18\x02 \x01(\x05\x12\x0c\n\x04line\x18\x03 \x01(\x05\x1a?\n\nStackFrame\x12\x18\n\x10\x66ile_location_id\x18\x01 \x01(\x05\x12\x17\n\x0fparent_frame_id\x18\x02 \x01(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runlens.analyzer.proto.hlo_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_HLOSCHEDULEPROTO_SEQUENCESENTRY']._loaded_options = None
+  _globals['_HLOSCHEDULEPROTO_SEQUENCESENTRY']._serialized_options = b'8\001'
   _globals['_HLOPROTO']._serialized_start=91
   _globals['_HLOPROTO']._serialized_end=153
   _globals['_HLOMODULEPROTO']._serialized_start=156
-  _globals['_HLOMODULEPROTO']._serialized_end=354
-  _globals['_HLOCOMPUTATIONPROTO']._serialized_start=356
-  _globals['_HLOCOMPUTATIONPROTO']._serialized_end=462
-  _globals['_HLOINSTRUCTIONPROTO']._serialized_start=464
-  _globals['_HLOINSTRUCTIONPROTO']._serialized_end=573
-  _globals['_STACKFRAMEINDEXPROTO']._serialized_start=576
-  _globals['_STACKFRAMEINDEXPROTO']._serialized_end=931
-  _globals['_STACKFRAMEINDEXPROTO_FILELOCATION']._serialized_start=790
-  _globals['_STACKFRAMEINDEXPROTO_FILELOCATION']._serialized_end=866
-  _globals['_STACKFRAMEINDEXPROTO_STACKFRAME']._serialized_start=868
-  _globals['_STACKFRAMEINDEXPROTO_STACKFRAME']._serialized_end=931
+  _globals['_HLOMODULEPROTO']._serialized_end=436
+  _globals['_HLOSCHEDULEPROTO']._serialized_start=439
+  _globals['_HLOSCHEDULEPROTO']._serialized_end=677
+  _globals['_HLOSCHEDULEPROTO_INSTRUCTIONSEQUENCE']._serialized_start=527
+  _globals['_HLOSCHEDULEPROTO_INSTRUCTIONSEQUENCE']._serialized_end=573
+  _globals['_HLOSCHEDULEPROTO_SEQUENCESENTRY']._serialized_start=575
+  _globals['_HLOSCHEDULEPROTO_SEQUENCESENTRY']._serialized_end=677
+  _globals['_HLOCOMPUTATIONPROTO']._serialized_start=679
+  _globals['_HLOCOMPUTATIONPROTO']._serialized_end=785
+  _globals['_HLOINSTRUCTIONPROTO']._serialized_start=788
+  _globals['_HLOINSTRUCTIONPROTO']._serialized_end=1002
+  _globals['_STACKFRAMEINDEXPROTO']._serialized_start=1005
+  _globals['_STACKFRAMEINDEXPROTO']._serialized_end=1360
+  _globals['_STACKFRAMEINDEXPROTO_FILELOCATION']._serialized_start=1219
+  _globals['_STACKFRAMEINDEXPROTO_FILELOCATION']._serialized_end=1295
+  _globals['_STACKFRAMEINDEXPROTO_STACKFRAME']._serialized_start=1297
+  _globals['_STACKFRAMEINDEXPROTO_STACKFRAME']._serialized_end=1360
 # @@protoc_insertion_point(module_scope)

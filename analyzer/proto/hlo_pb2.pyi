@@ -14,18 +14,40 @@ class HloProto(_message.Message):
     def __init__(self, hlo_module: _Optional[_Union[HloModuleProto, _Mapping]] = ...) -> None: ...
 
 class HloModuleProto(_message.Message):
-    __slots__ = ("name", "entry_computation_name", "computations", "id", "stack_frame_index")
+    __slots__ = ("name", "entry_computation_name", "computations", "id", "entry_computation_id", "schedule", "stack_frame_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRY_COMPUTATION_NAME_FIELD_NUMBER: _ClassVar[int]
     COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_COMPUTATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     STACK_FRAME_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     entry_computation_name: str
     computations: _containers.RepeatedCompositeFieldContainer[HloComputationProto]
     id: int
+    entry_computation_id: int
+    schedule: HloScheduleProto
     stack_frame_index: StackFrameIndexProto
-    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., entry_computation_name: _Optional[str] = ..., computations: _Optional[_Iterable[_Union[HloComputationProto, _Mapping]]] = ..., id: _Optional[int] = ..., entry_computation_id: _Optional[int] = ..., schedule: _Optional[_Union[HloScheduleProto, _Mapping]] = ..., stack_frame_index: _Optional[_Union[StackFrameIndexProto, _Mapping]] = ...) -> None: ...
+
+class HloScheduleProto(_message.Message):
+    __slots__ = ("sequences",)
+    class InstructionSequence(_message.Message):
+        __slots__ = ("instruction_ids",)
+        INSTRUCTION_IDS_FIELD_NUMBER: _ClassVar[int]
+        instruction_ids: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, instruction_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    class SequencesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: HloScheduleProto.InstructionSequence
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[HloScheduleProto.InstructionSequence, _Mapping]] = ...) -> None: ...
+    SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    sequences: _containers.MessageMap[int, HloScheduleProto.InstructionSequence]
+    def __init__(self, sequences: _Optional[_Mapping[int, HloScheduleProto.InstructionSequence]] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
     __slots__ = ("name", "instructions", "id")
@@ -38,16 +60,24 @@ class HloComputationProto(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., id: _Optional[int] = ...) -> None: ...
 
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "metadata", "id")
+    __slots__ = ("name", "opcode", "metadata", "fusion_kind", "custom_call_target", "id", "called_computation_ids", "backend_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPCODE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    FUSION_KIND_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_CALL_TARGET_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    CALLED_COMPUTATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     opcode: str
     metadata: _xla_data_pb2.OpMetadata
+    fusion_kind: str
+    custom_call_target: str
     id: int
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., id: _Optional[int] = ...) -> None: ...
+    called_computation_ids: _containers.RepeatedScalarFieldContainer[int]
+    backend_config: bytes
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., fusion_kind: _Optional[str] = ..., custom_call_target: _Optional[str] = ..., id: _Optional[int] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
 
 class StackFrameIndexProto(_message.Message):
     __slots__ = ("file_names", "function_names", "file_locations", "stack_frames")

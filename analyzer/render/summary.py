@@ -26,7 +26,15 @@ def summary_text(s: dict) -> str:
         f"p90 {fmt_us(t['p90'])}  min {fmt_us(t['min'])}  max {fmt_us(t['max'])}  "
         f"stdev {fmt_us(t['stdev'])}"
         + (f"  (over {t['count']} steps)" if s.get("left_out") else "")
+        + _KIND_SAID.get(s.get("step_time_kind", ""), "")
     )
+    if dev := s.get("device_step_time_us"):
+        lines.append(
+            f"device     median {fmt_us(dev['median'])}  mean {fmt_us(dev['mean'])}  "
+            f"p90 {fmt_us(dev['p90'])}  min {fmt_us(dev['min'])}  max {fmt_us(dev['max'])}"
+            "  (device step: first to last device event of the step, as xprof's step db)")
+    if note := s.get("attribution_note"):
+        lines.append(f"ops        {note}")
     for item in s.get("left_out", []):
         lines.append(f"left out   step {item['step']} on {item['worker']} "
                      f"({fmt_us(item['step_us'])}): {item['why']}")
@@ -38,6 +46,11 @@ def summary_text(s: dict) -> str:
     for w in s["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
+
+
+# What the step time measures (analysis.steps.step_times' `kind`).
+_KIND_SAID = {"marker": "  (host: the step marker's span)",
+              "device": "  (device: the step's device work)"}
 
 
 def _ranges(steps: list[int]) -> str:

@@ -64,18 +64,23 @@ def section(key: str, title: str, data: dict[str, Any] | None, intro: str = "",
 
 def glance_html(g: dict[str, Any]) -> str:
     t = g["step_time_us"]
+    host = " (host marker)" if g.get("step_time_kind") == "marker" else ""
     cells = [
         ("steps", str(g["steps"])), ("workers", str(len(g["workers"]))),
         ("devices", str(len(g["devices"]))),
-        ("median step", fmt_us(t["median"])), ("p90 step", fmt_us(t["p90"])),
+        ("median step" + host, fmt_us(t["median"])), ("p90 step" + host, fmt_us(t["p90"])),
         ("node stats", f"{g['node_stats']:,}"),
     ]
+    if dev := g.get("device_step_time_us"):  # accelerator profiles: xprof's step time
+        cells.insert(5, ("median device step", fmt_us(dev["median"])))
     tiles = "".join(f"<div class=\"tile\"><div class=\"v\">{escape(v)}</div>"
                     f"<div class=\"k\">{escape(k)}</div></div>" for k, v in cells)
     devices = ", ".join(escape(d) for d in g["devices"])
+    note = g.get("attribution_note")
     return (f"<div class=\"tiles\">{tiles}</div>"
             f"<p class=\"lead\">{escape(g['where_time_goes'])}</p>"
-            f"<p class=\"small\">devices: {devices}</p>")
+            + (f"<p class=\"small\">{escape(note)}</p>" if note else "")
+            + f"<p class=\"small\">devices: {devices}</p>")
 
 
 def findings_html(findings: list[dict[str, Any]]) -> str:

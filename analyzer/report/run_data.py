@@ -71,6 +71,9 @@ def glance(run: Run, views: dict[str, dict[str, Any]], steps: StepChoice | None 
         "steps": len(s["steps"]), "workers": s["workers"],
         "devices": [d["device"] for d in s["devices"]],
         "node_stats": s["node_stats"], "step_time_us": s["step_time_us"],
+        "step_time_kind": s.get("step_time_kind"),
+        "device_step_time_us": s.get("device_step_time_us"),
+        "attribution_note": s.get("attribution_note"),
         "where_time_goes": where_time_goes(views["ops"], views["scopes"]),
     }
 
@@ -113,9 +116,16 @@ def op_nodes(run: Run) -> dict[str, Any]:
              .agg(nodes=pl.concat_list("name", pl.col("micros").cast(pl.String)))
              .join(rest, on="op_type", how="left").sort("op_type"))
     return {"types": [
-        {"name": r["op_type"], "nodes": [[name, int(us)] for name, us in r["nodes"]],
-         "rest": int(r["rest"] or 0), "rest_nodes": int(r["rest_nodes"] or 0)}
+        {"name": r["op_type"], "nodes": [[name, _us(us)] for name, us in r["nodes"]],
+         "rest": _us(r["rest"] or 0), "rest_nodes": int(r["rest_nodes"] or 0)}
         for r in types.iter_rows(named=True)]}
+
+
+def _us(value: Any) -> float | int:
+    """Microseconds as the views have them: whole for tfprof's rules, to the ns for an
+    XSpace profile's (nodestats.exact_times)."""
+    us = float(value)
+    return int(us) if us.is_integer() else round(us, 3)
 
 
 def steps_section(run: Run) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from .. import ingest, schema
 from ..errors import InputFileError, RunDirError
 from ..proto import config_pb2
 from . import Part, Progress, Selection, SourceFrames
-from .xplane_hlo import program_ops
-from .xplane_read import frames_of, read_planes
+from .xplane_hlo import HloOp
+from .xplane_planes import read_planes
+from .xplane_read import frames_of
 from .xplane_wire import Plane
 from .xplane_wire import read_planes as planes_of
 
@@ -111,24 +112,20 @@ def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[s
     return frame.unique(subset=["name"], keep="first", maintain_order=True), []
 
 
-def _hlo_frames(planes: list[Plane]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """JAX: graph nodes (framework op -> op type) and code (source frames) from the HLO
-    metadata plane."""
+    metadata plane (xplane_hlo.read_programs, read once with the planes)."""
     nodes: dict[str, str] = {}
     code: dict[str, list] = {k: [] for k in schema.CODE_SCHEMA}
-    for plane in planes:
-        if plane.name != "/host:metadata":
+    for op in ops.values():
+        if op.op_name in nodes:
             continue
-        ops, _ = program_ops(plane.meta)
-        for op in ops.values():
-            if op.op_name in nodes:
-                continue
-            nodes[op.op_name] = op.op_type
-            for depth, (file, line, func) in enumerate(op.frames):
-                for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
-                                 "func_start_line"),
-                                (op.op_name, depth, file, line, func, "", 0), strict=True):
-                    code[k].append(v)
+        nodes[op.op_name] = op.op_type
+        for depth, (file, line, func) in enumerate(op.frames):
+            for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
+                             "func_start_line"),
+                            (op.op_name, depth, file, line, func, "", 0), strict=True):
+                code[k].append(v)
     graph = pl.DataFrame({"name": list(nodes), "op": list(nodes.values())},
                          schema={"name": pl.String, "op": pl.String})
     graph = graph.with_columns(
@@ -156,7 +153,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     warnings = [f"{path}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
     if extra.hlo:
-        graph_nodes, code = _hlo_frames(planes)
+        graph_nodes, code = _hlo_frames(extra.programs.ops if extra.programs else {})
         lacks["graph"] = "JAX profiles: HLO ops carry no dataflow edges runlens reads"
     else:
         graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)

@@ -6,7 +6,10 @@ JAX writes a `/host:metadata` plane whose event metadata hold one serialized
 OpMetadata carries `op_name` (the `jax.named_scope` path, e.g.
 "jit(train_step)/jit(main)/dense1/dot_general"), `op_type` and a source line (directly,
 or through the module's stack frame index). Only that subset of the proto is vendored
-(analyzer/proto/hlo.proto, xla_data.proto); the rest is skipped as unknown fields.
+(analyzer/proto/hlo.proto, xla_data.proto); the rest is skipped as unknown fields. Each
+module's launch order (hlo_schedule) lets xla_attribution place device events.
+JAX leaves `op_type` empty: an op's type is then its primitive (the op name's last part,
+`dot_general`), else the HLO opcode.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
+from .xla_attribution import Module
 
 
 @dataclass(frozen=True)
@@ -45,14 +49,30 @@ def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
     return tuple(reversed(out))  # the innermost frame was first
 
 
-def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp], list[str]]:
-    """(program_id, HLO instruction name) -> HloOp, for every program on the metadata
-    plane; and a warning per HloProto that could not be read."""
+def _op_type(meta: xla_data_pb2.OpMetadata, opcode: str) -> str:
+    if meta.op_type:
+        return meta.op_type
+    last = meta.op_name.rsplit("/", 1)[-1].split("[")[0] if meta.op_name else ""
+    return last if last and last.replace("_", "a").replace("-", "a").isalnum() else opcode
+
+
+@dataclass
+class Programs:
+    """The HLO of every program on a metadata plane."""
+
+    ops: dict[tuple[int, str], HloOp]  # (program_id, instruction name) -> its framework op
+    modules: dict[int, Module]  # program_id -> launch order (xla_attribution)
+    by_name: dict[str, int]  # module name -> program_id (events without program_id)
+    warnings: list[str]
+
+
+def read_programs(plane: xplane_pb2.XPlane) -> Programs:
+    """Every HloProto of the metadata plane (stat "Hlo Proto"), keyed by its program_id
+    stat (else the module's id): what the device events' `program_id` names."""
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-    ops: dict[tuple[int, str], HloOp] = {}
-    warnings: list[str] = []
+    out = Programs({}, {}, {}, [])
     for meta in plane.event_metadata.values():
-        proto, program = None, meta.id
+        proto, program = None, 0
         for stat in meta.stats:
             name = stat_names.get(stat.metadata_id)
             if name == "Hlo Proto":
@@ -64,15 +84,31 @@ def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp],
         try:
             module = hlo_pb2.HloProto.FromString(proto).hlo_module
         except (DecodeError, RuntimeError) as e:
-            warnings.append(f"HLO metadata of {meta.name!r} unreadable ({e})")
+            out.warnings.append(f"HLO metadata of {meta.name!r} unreadable ({e})")
             continue
+        program = program or module.id or meta.id
         index = module.stack_frame_index
+        names = set()
+        frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
         for comp in module.computations:
             for inst in comp.instructions:
                 m = inst.metadata
-                ops[(program, inst.name)] = HloOp(
+                names.add(inst.name)
+                where = (m.stack_frame_id, m.source_file, m.source_line)
+                if where not in frames:  # instructions share their ops' stacks
+                    frames[where] = _frames(m, index)
+                out.ops[(program, inst.name)] = HloOp(
                     op_name=m.op_name or inst.name,
-                    op_type=m.op_type or inst.opcode,
-                    frames=_frames(m, index),
+                    op_type=_op_type(m, inst.opcode),
+                    frames=frames[where],
                 )
-    return ops, warnings
+        out.modules[program] = Module(program, module.name, names, module)
+        out.by_name.setdefault(module.name, program)
+    return out
+
+
+def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp], list[str]]:
+    """(program_id, HLO instruction name) -> HloOp, for every program on the metadata
+    plane; and a warning per HloProto that could not be read."""
+    got = read_programs(plane)
+    return got.ops, got.warnings

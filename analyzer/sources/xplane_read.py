@@ -6,8 +6,9 @@ xprof's):
   an identifier starting upper case or '_'), and tf.data stages `Iterator::A::B` (type
   "Dataset"); JAX/XLA CPU thunks (events with an `hlo_op` stat), named by the framework
   op of their HLO instruction (see xplane_hlo);
-- device planes (`/device:GPU:N`): every event on a `Stream #N(...)` line (kernels and
-  memcpys), tied to the TF op that launched it by its `level 0` annotation.
+- device planes (xplane_device): every event on a GPU's `Stream #N(...)` line (kernels,
+  memsets, memcpys), tied to its XLA program's HLO instruction (xla_attribution) or to
+  the TF op that launched it (`level 0` annotation); a TPU's `XLA Ops`.
 Derived lines a preprocessed file may hold ("TensorFlow Ops", "Steps", ...) are skipped.
 
 An op's time: `op_end_rel` is its self time (its duration less the ops nested in it on the
@@ -29,12 +30,12 @@ import polars as pl
 
 from .. import schema
 from . import xplane_wire
-from .xplane_hlo import HloOp, program_ops
+from .xplane_hlo import HloOp, Programs
+from .xplane_steps import attribution, step_spans
 from .xplane_wire import ABSENT, OTHER, Line, Plane
 
 HOST_LANE = "/device:CPU:0"  # canonical device lane: tfprof counts it as CPU time
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
-_STREAM_LINE = re.compile(r"^Stream #(\d+)")
 _TF_TYPE = re.compile(r"^[A-Z_][A-Za-z0-9_]*$")
 _TF_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9_.\\/>\-]*$")
 STEP_MARKERS = ("train", "Profiled batch")
@@ -93,6 +94,9 @@ class Extra:
     memory: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     hlo: bool = False
+    # Device time per (device, how its events were placed: xla_attribution.HOW), in ps.
+    attribution: list[tuple[str, str, int]] = field(default_factory=list)
+    programs: Programs | None = None  # the HLO of the metadata plane (xplane_hlo)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
@@ -299,54 +303,6 @@ def _launcher(level0: str, tf_op: str, annotation: str) -> str:
     return annotation.split("::")[0].split("#")[0]
 
 
-def _read_device(plane: Plane, device: str, ops: Ops, jobs: int) -> None:
-    get = plane.stat_ids.get
-    attr = [get("level 0"), get("tf_op"), get("annotation")]
-    wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id")
-    group_stat = get("group_id")
-    lane_name = f"{device}/stream:all"
-    lane = ops.lane_id(lane_name)
-    kernels = {mid: m.name for mid, m in plane.meta.event_metadata.items()}
-    for line in plane.lines(wanted, jobs):
-        m = _STREAM_LINE.match(line.name)
-        if not m or not len(line.mid):
-            continue
-        index = np.arange(len(line.mid))
-        coded = [texts(plane, line, stat, index) for stat in attr]
-        first, inverse = _codes(line.mid, *(which for which, _ in coded))
-        named = []
-        for i in first.tolist():
-            kernel = kernels.get(int(line.mid[i]), "")
-            launched = _launcher(*(t[which[i]] for which, t in coded))
-            _, node, op_type = parse_op_name(launched) if launched else (0, "", "")
-            if not op_type:  # not launched by a TF op we can name
-                node, op_type = "unattributed", kernel.split("(")[0].split("<")[0][-60:]
-            named.append(ops.name_id(f"{node}:{kernel}", op_type))
-        stream = int(m.group(1))
-        # Kernels nest nothing: self time = duration (the columns are copied at the end).
-        ops.add(lane, stream, line.timestamp_ns * 1000 + line.off, line.dur, line.dur,
-                np.array(named, np.int64)[inverse],
-                _groups(line, group_stat, index))
-        ops.threads[(lane_name, stream)] = line.name
-
-
-def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
-    """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
-    ops, extra = Ops(), Extra()
-    hlo: dict[tuple[int, str], HloOp] = {}
-    for plane in planes:
-        if plane.name == "/host:metadata":
-            found, warnings = program_ops(plane.meta)
-            hlo.update(found)
-            extra.warnings += warnings
-    for plane in planes:
-        if plane.name.startswith("/host:") and plane.name != "/host:metadata":
-            _read_host(plane, ops, extra, hlo, jobs)
-        elif m := _DEVICE_PLANE.match(plane.name):
-            _read_device(plane, f"/device:{m.group(1)}:{m.group(2)}", ops, jobs)
-    return ops, extra
-
-
 def assign_steps(start_ps: np.ndarray, group: np.ndarray,
                  markers: list[tuple[int, int, int]]) -> np.ndarray:
     """group_id where set; else the step of the last marker started at or before the
@@ -480,8 +436,10 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "alloc_us": alloc_t // 1_000_000,
         "alloc_bytes": _cat([m[2] for m in mem], np.int64),
     }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
-    step_spans = pl.DataFrame(
-        {"step": [x[0] for x in spans], "start_ns": [x[1] // 1000 for x in spans],
-         "end_ns": [x[2] // 1000 for x in spans]}, schema=schema.STEP_SPAN_SCHEMA)
     return {"executions": executions, "keys": keys, "threads": threads,
-            "allocations": allocations, "step_spans": step_spans}
+            "allocations": allocations,
+            "step_spans": step_spans(
+                spans, "device" if np.any(on_device & (column(ops.group, np.int64) >= 0))
+                else "marker", step, start, column(ops.dur_ps, np.int64), on_device),
+            "attribution": attribution(extra.attribution),
+            "timing": pl.DataFrame({"rules": ["xprof"]}, schema=schema.TIMING_SCHEMA)}

@@ -1,0 +1,31 @@
+"""Every plane of one XSpace file read: the metadata plane's programs (HLO modules) first,
+then the host planes (xplane_read) and the GPU/TPU device planes (xplane_device), which
+attribute device events to those programs' instructions. Above both readers, so neither
+imports the other."""
+
+from __future__ import annotations
+
+from .xplane_device import read_gpu, read_tpu
+from .xplane_hlo import Programs, read_programs
+from .xplane_read import _DEVICE_PLANE, Extra, Ops, _read_host
+from .xplane_wire import Plane
+
+
+def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
+    """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
+    programs = Programs({}, {}, {}, [])
+    ops, extra = Ops(), Extra(programs=programs)
+    for plane in planes:
+        if plane.name == "/host:metadata":
+            found = read_programs(plane.meta)
+            programs.ops.update(found.ops)
+            programs.modules.update(found.modules)
+            programs.by_name.update(found.by_name)
+            extra.warnings += found.warnings
+    for plane in planes:
+        if plane.name.startswith("/host:") and plane.name != "/host:metadata":
+            _read_host(plane, ops, extra, programs.ops, jobs)
+        elif m := _DEVICE_PLANE.match(plane.name):
+            read = read_gpu if m.group(1) == "GPU" else read_tpu
+            read(plane, f"/device:{m.group(1)}:{m.group(2)}", ops, extra, jobs, programs)
+    return ops, extra
