@@ -51,53 +51,16 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     per-step sums is the sum over executions, so the average is that sum integer-divided
     by the number of steps the node ran in.
     """
-    keys = run.keys
-    nodes = keys.select("worker", "node_name").unique(maintain_order=True)
-    key_node = keys.join(nodes.with_row_index("node_id"), on=["worker", "node_name"],
-                         how="left", maintain_order="left").get_column("node_id")
-    ex = run.executions.lazy()
-    counted = pl.col("all_start_us") > 0
-    # Per key: its first execution (exec_op is the op type of a node's first one) and its
-    # first counted execution (a node belongs to the first canonical device it runs on).
-    order = pl.col("step") * (1 << 32) + pl.col("exec_idx").cast(pl.Int64)
-    firsts = (
-        ex.with_row_index("row").group_by("key_id")
-        .agg(first_row=pl.col("row").min(), first_counted=order.filter(counted).min())
-        .collect()
-    )
-    per_key = (
-        keys.with_row_index("key_id").with_columns(node_id=key_node)
-        .join(firsts, on="key_id", how="left")
-    )
-    on_device = pl.col("lane_kind") == "device"
-    ran_on_device = on_device & pl.col("first_counted").is_not_null()
-    per_node = per_key.group_by("node_id").agg(
-        canonical=pl.col("device").filter(ran_on_device)
-        .sort_by(pl.col("first_counted").filter(ran_on_device)).first(),
-        exec_op=pl.col("op_type").sort_by("first_row").first(),
-        kernel=pl.col("kernel").sort_by("first_row").first(),
-        fused_ops=pl.col("fused_ops").sort_by("first_row").first(),
-    )
-    per_key = per_key.join(per_node, on="node_id", how="left").sort("key_id")
-    canonical = pl.col("canonical")
-    flags = per_key.select(
-        node_id=pl.col("node_id"),
-        cpu=on_device,
-        accel=pl.col("lane_kind") == "stream_all",
-        # Executions on a second canonical device are dropped, as tfprof does.
-        dropped=on_device & canonical.is_not_null() & (pl.col("device") != canonical),
-        on_canonical=(on_device & (pl.col("device") == canonical)).fill_null(False),
-        device_only=canonical.is_null(),  # ran on accelerator streams only (a JAX kernel)
-    )
+    nodes, per_key, per_node = _keys_of_nodes(run)
+    flags = _key_flags(per_key)
     key_id = run.executions.get_column("key_id")
-    ex = ex.with_columns(flags.select(pl.all().gather(key_id)).get_columns())
-    keep = counted & ~pl.col("dropped")
+    ex = run.executions.lazy().with_columns(flags.select(pl.all().gather(key_id)).get_columns())
+    keep = _COUNTED & ~pl.col("dropped")
     if step >= 0:
         keep = keep & (pl.col("step") == step)
     exact = exact_times(run)
-    masked = _masked(ex, keep, exact)
     steps_run = pl.col("step_run").drop_nulls().n_unique()
-    sums = masked.group_by("node_id").agg(
+    sums = _masked(ex, keep, exact).group_by("node_id").agg(
         *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
           else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
         steps_run=steps_run.cast(pl.UInt32),
@@ -108,6 +71,56 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
         .join(sums, on="node_id", how="left")
         .select("worker", "node_name", *METRICS, device="canonical", steps_run="steps_run",
                 exec_op="exec_op", kernel="kernel", fused_ops="fused_ops")
+    )
+
+
+# An execution counts when it has a start (tfprof's rule: all_start_micros > 0).
+_COUNTED = pl.col("all_start_us") > 0
+_ON_DEVICE = pl.col("lane_kind") == "device"
+
+
+def _keys_of_nodes(run: Run) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(the distinct nodes; each key with its node's number, first execution and first
+    counted execution; per node: its canonical device, exec_op, kernel, fused ops).
+    exec_op is the op type of a node's first execution, and a node belongs to the first
+    canonical device it runs on (tfprof)."""
+    keys = run.keys
+    nodes = keys.select("worker", "node_name").unique(maintain_order=True)
+    key_node = keys.join(nodes.with_row_index("node_id"), on=["worker", "node_name"],
+                         how="left", maintain_order="left").get_column("node_id")
+    order = pl.col("step") * (1 << 32) + pl.col("exec_idx").cast(pl.Int64)
+    firsts = (
+        run.executions.lazy().with_row_index("row").group_by("key_id")
+        .agg(first_row=pl.col("row").min(), first_counted=order.filter(_COUNTED).min())
+        .collect()
+    )
+    per_key = (
+        keys.with_row_index("key_id").with_columns(node_id=key_node)
+        .join(firsts, on="key_id", how="left")
+    )
+    ran_on_device = _ON_DEVICE & pl.col("first_counted").is_not_null()
+    per_node = per_key.group_by("node_id").agg(
+        canonical=pl.col("device").filter(ran_on_device)
+        .sort_by(pl.col("first_counted").filter(ran_on_device)).first(),
+        exec_op=pl.col("op_type").sort_by("first_row").first(),
+        kernel=pl.col("kernel").sort_by("first_row").first(),
+        fused_ops=pl.col("fused_ops").sort_by("first_row").first(),
+    )
+    per_key = per_key.join(per_node, on="node_id", how="left").sort("key_id")
+    return nodes, per_key, per_node
+
+
+def _key_flags(per_key: pl.DataFrame) -> pl.DataFrame:
+    """Per key (in key_id order): its node and on which lanes its executions count."""
+    canonical = pl.col("canonical")
+    return per_key.select(
+        node_id=pl.col("node_id"),
+        cpu=_ON_DEVICE,
+        accel=pl.col("lane_kind") == "stream_all",
+        # Executions on a second canonical device are dropped, as tfprof does.
+        dropped=_ON_DEVICE & canonical.is_not_null() & (pl.col("device") != canonical),
+        on_canonical=(_ON_DEVICE & (pl.col("device") == canonical)).fill_null(False),
+        device_only=canonical.is_null(),  # ran on accelerator streams only (a JAX kernel)
     )
 
 
