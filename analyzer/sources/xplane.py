@@ -41,10 +41,16 @@ def _worker(path: Path) -> str:
 def profile_root(logdir: Path) -> Path | None:
     """`logdir`/plugins/profile, or that of the one TensorBoard run below `logdir` that has
     one: Keras's TensorBoard callback writes `<log_dir>/train/plugins/profile/`, and users
-    pass `<log_dir>`, as to TensorBoard. RunDirError when several runs below have one."""
+    pass `<log_dir>`, as to TensorBoard. The logdir's `plugins/` or `plugins/profile/`
+    folder stands for the logdir (a user who browsed down to it). RunDirError when
+    several runs below have one."""
+    if logdir.name == "profile" and logdir.parent.name == "plugins":
+        return logdir
     root = logdir / "plugins" / "profile"
     if root.is_dir():
         return root
+    if logdir.name == "plugins" and (logdir / "profile").is_dir():
+        return logdir / "profile"
     try:
         below = sorted(p for p in logdir.iterdir()
                        if p.is_dir() and (p / "plugins" / "profile").is_dir())
@@ -187,6 +193,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
 
 class XPlaneSource:
     kind = "xplane"
+    files = "*.xplane.pb, plugins/profile/"  # what the not-a-profile error names
     description = ("TF2/JAX profiles: a <host>.xplane.pb, a profile run folder of them, "
                    "or a TensorBoard logdir (plugins/profile/<run>/)")
 
