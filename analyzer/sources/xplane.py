@@ -161,11 +161,17 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     frames = frames_of(ops, extra, worker)
     warnings = [f"{path}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
-    if extra.hlo:
-        graph_nodes, code = _hlo_frames(planes)
+    graphs = path.parent / GRAPHS_FILE
+    # JAX: XLA:CPU thunks named by HLO ops, or (GPU/TPU) HLO modules on the metadata
+    # plane, whose OpMetadata hold each op's source line and stack (the code view's).
+    hlo = extra.hlo or (not graphs.is_file() and any(p.name == "/host:metadata"
+                                                    for p in planes))
+    hlo_frames = _hlo_frames(planes) if hlo else None
+    if hlo_frames is not None and (extra.hlo or hlo_frames[1].height):
+        graph_nodes, code = hlo_frames
         lacks["graph"] = "JAX profiles: HLO ops carry no dataflow edges runlens reads"
     else:
-        graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)
+        graph_nodes, more = _graph_nodes(graphs, worker)
         warnings += more
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
