@@ -9,8 +9,8 @@ import re
 
 import polars as pl
 import pytest
+from runlens.analyzer.analysis.jaxscopes import BACKWARD, FORWARD, fold
 
-from runlens.analyzer.jaxscopes import BACKWARD, FORWARD, fold
 from tests.conftest import ROOT, run_cli
 
 JAX_FIXTURE = ROOT / "fixtures" / "xplane" / "jax_train"
@@ -178,7 +178,7 @@ def test_gpu_jax_code_locations_from_hlo_metadata():
     on one line of the model function, below the attention's (the source order; the
     capture_jax.py kept in shared/ was edited after the capture, so its line numbers
     are not the profile's), and optax's frames are library frames."""
-    from runlens.analyzer.codepaths import code_paths
+    from runlens.analyzer.analysis.codepaths import code_paths
     from runlens.analyzer.load import load_run
 
     run = load_run(GPU_JAX / "xf_a_nocb", use_cache=False)

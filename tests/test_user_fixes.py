@@ -19,9 +19,9 @@ needs_gpu_jax = pytest.mark.skipif(not GPU_JAX.is_dir(), reason="no shared/data/
 def test_memory_peak_is_the_reports_memory_curve():
     """The report draws GPU_0_bfc's allocations; advise used to skip the memory checks
     for lack of memory. Now RL110 reads the same allocator records, to the same peak."""
+    from runlens.analyzer.analysis.stepselect import StepChoice, analysed
     from runlens.analyzer.load import load_run
     from runlens.analyzer.report.run_data import memory_section
-    from runlens.analyzer.stepselect import StepChoice, analysed
     from runlens.checkers import run_checks
 
     run = load_run(GPU_JAX / "xf_input", use_cache=False)

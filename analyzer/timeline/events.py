@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..analysis.jaxscopes import fold
 from ..grouping import (
     combine,
     dense,
@@ -20,7 +21,6 @@ from ..grouping import (
     representatives,
     shared_codes,
 )
-from ..analysis.jaxscopes import fold
 from ..model import Run
 from ..render import trace_events
 from ..render.jsonfrag import jescape
