@@ -13,11 +13,12 @@ or, for a step function called once per step:
 
 Steps before `first` run outside the trace, so compilation and the first calls' warm-up
 stay out of the profile; the trace starts once the last of them is done (what its
-`s.keep` was given is ready), so none of its device work lands in the first profiled step. Each profiled step runs inside
-`jax.profiler.StepTraceAnnotation("train", step_num=step)` (what runlens and xprof take as a
-step) and, unless `sync=False`, ends by waiting for what `s.keep` was given (the decorator
-keeps the step's result): JAX dispatches asynchronously, and without the wait a step's
-kernels run during the next step's marker and the trace can stop before the last ones ran.
+`s.keep` was given is ready), so none of its device work lands in the first profiled
+step. Each profiled step runs inside `jax.profiler.StepTraceAnnotation("train",
+step_num=step)` (what runlens and xprof take as a step) and, unless `sync=False`, ends
+by waiting for what `s.keep` was given (the decorator keeps the step's result): JAX
+dispatches asynchronously, and without the wait a step's kernels run during the next
+step's marker and the trace can stop before the last ones ran.
 The trace is written to `<logdir>/plugins/profile/<run>/<host>.xplane.pb`; give runlens the
 logdir (`analyze advise logs/run1`).
 
