@@ -203,3 +203,19 @@ def test_gpu_jax_code_locations_from_hlo_metadata():
     assert opt.height and not any("optax" in f or "_tree_math" in f
                                   for p in opt["user_path"].to_list() for f in p)
     assert "lacks code" not in run_cli(["advise", GPU_JAX / "xf_a_nocb", "--no-cache"]).output
+
+
+def test_report_shows_the_folded_scopes_with_their_passes(tmp_path):
+    """The HTML report's scope chart reads the scope view's document: folded names, the
+    forward/backward split in its tooltip."""
+    from runlens.analyzer.load import load_run
+    from runlens.analyzer.report.run_data import run_data
+
+    doc = run_data(load_run(JAX_FIXTURE, use_cache=False), [], str(JAX_FIXTURE))
+    rows = {r["name"]: r for r in doc["scopes"]["rows"]}
+    assert rows["dense1"]["forward_micros"] + rows["dense1"]["backward_micros"] \
+        == rows["dense1"]["micros"]
+    assert not any("jvp(" in name for name in rows)
+    out = tmp_path / "r.html"
+    run_cli(["report", JAX_FIXTURE, "-o", out, "--no-cache"])
+    assert "forward_micros" in out.read_text()
