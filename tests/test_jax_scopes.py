@@ -219,3 +219,49 @@ def test_report_shows_the_folded_scopes_with_their_passes(tmp_path):
     out = tmp_path / "r.html"
     run_cli(["report", JAX_FIXTURE, "-o", out, "--no-cache"])
     assert "forward_micros" in out.read_text()
+
+
+def xprof_folded_scopes(logdir, depth: int = 2) -> pl.DataFrame:
+    """xprof's hlo_stats of a profile (its attribution of kernels to HLO ops, exact with
+    command buffers off), folded into the user's scopes: scope, direction, total_us."""
+    import shutil
+    import tempfile
+
+    from runlens.analyzer.analysis.jaxscopes import fold_frame
+    from runlens.analyzer.sources.xplane import xplane_files
+    from xprof.convert import raw_to_tool_data
+
+    path = xplane_files(logdir)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = f"{tmp}/{path.name}"
+        shutil.copy(path, copy)
+        data, _ = raw_to_tool_data.xspace_to_tool_data([copy], "hlo_stats", {})
+    table = json.loads(data)
+    table = table[0] if isinstance(table, list) else table
+    cols = [c["id"] for c in table["cols"]]
+    rows = [[(v or {}).get("v") for v in r["c"]] for r in table["rows"]]
+    frame = pl.DataFrame({"name": [r[cols.index("tf_op_name")] or "" for r in rows],
+                          "us": [float(r[cols.index("total_time")]) for r in rows]})
+    return (fold_frame(frame).with_columns(
+        scope=pl.col("scope").str.split("/").list.head(depth).list.join("/"))
+        .group_by("scope", "direction").agg(total_us=pl.col("us").sum()))
+
+
+@needs_gpu_jax
+def test_xprofs_attribution_folds_into_one_row_per_scope():
+    """On the command-buffers-off transformer, xprof attributes every kernel to an HLO op;
+    folded, each blockN/attn and blockN/mlp is one scope holding both passes, and
+    nothing is lost (the folded total is xprof's total)."""
+    pytest.importorskip("xprof")
+    folded = xprof_folded_scopes(GPU_JAX / "xf_a_nocb")
+    total = folded["total_us"].sum()
+    per_scope = folded.group_by("scope").agg(
+        share=pl.col("total_us").sum() / total,
+        passes=pl.col("direction").filter(pl.col("total_us") > 0).unique().sort())
+    rows = {r["scope"]: r for r in per_scope.iter_rows(named=True)}
+    for i in range(6):
+        for part, lo, hi in (("attn", 0.08, 0.095), ("mlp", 0.055, 0.065)):
+            row = rows[f"block{i}/{part}"]
+            assert row["passes"] == [BACKWARD, FORWARD]
+            assert lo < row["share"] < hi, (i, part, row["share"])
+    assert not any(WRAPPER.search(s) for s in rows)
