@@ -25,24 +25,51 @@ class HloOp:
     frames: tuple[tuple[str, int, str], ...]  # (file, line, function), outermost first
 
 
-def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
+class _Frames:
+    """A module's stack frames, resolved once per frame id: (file, line, function) tuples,
+    outermost first. Instructions share frames (a layer's ops all have its stack), and
+    walking the protobuf lists per instruction took 0.77 s of 0.87 s reading an H200
+    transformer's profile; memoised, each frame id is resolved once."""
+
+    def __init__(self, index: hlo_pb2.StackFrameIndexProto) -> None:
+        self.files = list(index.file_names)
+        self.funcs = list(index.function_names)
+        self.locs = [(loc.file_name_id, loc.line, loc.function_name_id)
+                     for loc in index.file_locations]
+        self.frames = [(f.file_location_id, f.parent_frame_id) for f in index.stack_frames]
+        self.memo: dict[int, tuple[tuple[str, int, str], ...]] = {0: ()}
+
+    def _one(self, loc_id: int) -> tuple[tuple[str, int, str], ...]:
+        if not 0 < loc_id <= len(self.locs):
+            return ()
+        file_id, line, func_id = self.locs[loc_id - 1]
+        file = self.files[file_id - 1] if 0 < file_id <= len(self.files) else ""
+        func = self.funcs[func_id - 1] if 0 < func_id <= len(self.funcs) else ""
+        return ((file, line, func),)
+
+    def of(self, frame_id: int) -> tuple[tuple[str, int, str], ...]:
+        """The frames of `frame_id` and its parents, outermost first (at most 256)."""
+        got = self.memo.get(frame_id)
+        if got is not None:
+            return got
+        chain: list[int] = []
+        fid = frame_id
+        while fid not in self.memo and 0 < fid <= len(self.frames) and len(chain) < 256:
+            chain.append(fid)
+            fid = self.frames[fid - 1][1]
+        out = self.memo.get(fid, ())
+        for fid in reversed(chain):  # the outermost first
+            out = out + self._one(self.frames[fid - 1][0])
+            self.memo[fid] = out
+        return self.memo.get(frame_id, out)
+
+
+def _frames(meta: xla_data_pb2.OpMetadata, frames: _Frames
             ) -> tuple[tuple[str, int, str], ...]:
-    out: list[tuple[str, int, str]] = []
-    frame_id, seen = meta.stack_frame_id, 0
-    while 0 < frame_id <= len(index.stack_frames) and seen < 256:
-        frame = index.stack_frames[frame_id - 1]
-        loc_id = frame.file_location_id
-        if 0 < loc_id <= len(index.file_locations):
-            loc = index.file_locations[loc_id - 1]
-            file = (index.file_names[loc.file_name_id - 1]
-                    if 0 < loc.file_name_id <= len(index.file_names) else "")
-            func = (index.function_names[loc.function_name_id - 1]
-                    if 0 < loc.function_name_id <= len(index.function_names) else "")
-            out.append((file, loc.line, func))
-        frame_id, seen = frame.parent_frame_id, seen + 1
+    out = frames.of(meta.stack_frame_id) if meta.stack_frame_id else ()
     if not out and meta.source_file:
-        out.append((meta.source_file, meta.source_line, ""))
-    return tuple(reversed(out))  # the innermost frame was first
+        out = ((meta.source_file, meta.source_line, ""),)
+    return out
 
 
 def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp], list[str]]:
@@ -66,13 +93,13 @@ def program_ops(plane: xplane_pb2.XPlane) -> tuple[dict[tuple[int, str], HloOp],
         except (DecodeError, RuntimeError) as e:
             warnings.append(f"HLO metadata of {meta.name!r} unreadable ({e})")
             continue
-        index = module.stack_frame_index
+        frames = _Frames(module.stack_frame_index)
         for comp in module.computations:
             for inst in comp.instructions:
                 m = inst.metadata
                 ops[(program, inst.name)] = HloOp(
                     op_name=m.op_name or inst.name,
                     op_type=m.op_type or inst.opcode,
-                    frames=_frames(m, index),
+                    frames=_frames(m, frames),
                 )
     return ops, warnings
