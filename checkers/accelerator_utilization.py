@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from ..analyzer.render.units import fmt_us
-from .base import Analysis, Checker, Finding, Severity, pct, register
+from .base import Analysis, Checker, Finding, Severity, num, pct, register
 from .host_device_copies import is_copy
 from .intervals import gaps, largest_gaps, merged_busy
 
@@ -135,7 +135,8 @@ def _message(r: dict, idle: float, rows: pl.DataFrame) -> str:
     text = (f"{r['device']} is idle {pct(idle)} of the step "
             f"({fmt_us(r['idle_ns'] / steps / 1000)} per step: {', '.join(parts)})")
     if r["before_ns"] >= max(r["between_ns"], r["after_ns"]):
-        lo, hi = rows["kernel_delay_ns"].min(), rows["kernel_delay_ns"].max()
+        delays = rows["kernel_delay_ns"]
+        lo, hi = num(delays.min()), num(delays.max())
         copies = (f", {fmt_us(r['busy_before_ns'] / steps / 1000)} of it copying"
                   if r["busy_before_ns"] else "")
         text += (f"; each step's first kernel starts {fmt_us(lo / 1000)}-"
