@@ -1,6 +1,5 @@
-"""JAX capture: profile chosen training steps with `jax.profiler`, as runlens reads them.
-
-    from runlens.analyzer.capture.jax import profile, profiled
+"""JAX capture: profile chosen training steps with `jax.profiler`, as runlens reads them
+(`profile` and `profiled`, importable as runlens.analyzer.capture.jax):
 
     with profile("logs/run1", steps=(3, 11)) as prof:   # around the training loop
         for step in range(n):
