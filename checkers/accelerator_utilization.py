@@ -103,14 +103,23 @@ def _placement(blocks: pl.DataFrame, spans: pl.DataFrame, first_kernel: pl.DataF
              device_busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
              first_ns=pl.col("start_ns").min(), last_ns=last,
              first_kernel_ns=k0.first(), step_start_ns=s0.first(), step_end_ns=s1.first())
+        # Device work can lie outside the step's span (a multi-GPU profile whose step is
+        # spanned by another GPU's work): the first kernel and the last event are clipped
+        # to the span, so that the parts add up to the span's idle time.
         .with_columns(
-            kernel_delay_ns=(pl.min_horizontal("first_kernel_ns", "step_end_ns")
-                             - pl.col("step_start_ns")).clip(0),
-            after_ns=(pl.col("step_end_ns") - pl.col("last_ns")).clip(0),
+            k0_in=pl.col("first_kernel_ns").clip(pl.col("step_start_ns"), pl.col("step_end_ns")),
+            last_in=pl.col("last_ns").clip(pl.col("step_start_ns"), pl.col("step_end_ns")),
             device_span_ns=pl.col("last_ns") - pl.col("first_ns"))
-        .with_columns(before_ns=(pl.col("kernel_delay_ns") - pl.col("busy_before_ns")).clip(0))
+        .with_columns(
+            kernel_delay_ns=pl.col("k0_in") - pl.col("step_start_ns"),
+            after_ns=pl.when(pl.col("k0_in") < pl.col("last_in"))
+            .then(pl.col("step_end_ns") - pl.col("last_in")).otherwise(0))
+        .with_columns(before_ns=pl.when(pl.col("busy_ns") > 0)
+                      .then((pl.col("kernel_delay_ns") - pl.col("busy_before_ns")).clip(0))
+                      .otherwise(pl.col("span_ns")))  # nothing ran inside the span
         .with_columns(between_ns=(pl.col("span_ns") - pl.col("busy_ns") - pl.col("before_ns")
                                   - pl.col("after_ns")).clip(0))
+        .drop("k0_in", "last_in")
         .sort(by)
     )
 
@@ -134,6 +143,8 @@ def _message(r: dict, idle: float, rows: pl.DataFrame) -> str:
                              ("after_ns", "after the last"))]
     text = (f"{r['device']} is idle {pct(idle)} of the step "
             f"({fmt_us(r['idle_ns'] / steps / 1000)} per step: {', '.join(parts)})")
+    if (rows["busy_ns"] == 0).all() or (rows["kernel_delay_ns"] >= rows["span_ns"]).all():
+        return text + "; no kernel ran inside the step's span (its device work lies outside)"
     if r["before_ns"] >= max(r["between_ns"], r["after_ns"]):
         delays = rows["kernel_delay_ns"]
         lo, hi = num(delays.min()), num(delays.max())

@@ -117,3 +117,24 @@ def test_xspace_memcpy_events_are_copies_inside_their_step():
     assert inside.height == copies.height
     assert _findings("xf_input", "RL106") == []
 
+
+
+BERT = ROOT.parent / "shared" / "data" / "xplane" / (
+    "tensorflow__profiler__GPU-multi-worker__34.83.195.179_6003.xplane.pb")
+
+
+@pytest.mark.skipif(not BERT.is_file(), reason="no shared/data/xplane BERT profile")
+def test_device_work_outside_the_step_is_not_counted_twice():
+    """The public 8-GPU TF2 profile: the step is spanned by gpu:6's work; gpu:4 ran before
+    it and gpu:1 after it. Idle shares stay within the step (they read 3045% before)."""
+    from runlens.analyzer.load import load_run
+    from runlens.checkers import run_checks
+
+    found = {f.where["device"]: f for f in run_checks(load_run(BERT, use_cache=False),
+                                                      select=["RL102"])}
+    assert set(found) == {"/device:gpu:1", "/device:gpu:4", "/device:gpu:6"}
+    for device in ("/device:gpu:1", "/device:gpu:4"):
+        assert found[device].evidence["idle_share"] == 1.0
+        assert "no kernel ran inside the step's span" in found[device].message
+    six = found["/device:gpu:6"].evidence
+    assert 0 < six["idle_share"] < 0.5 and six["idle_before_first_us"] == 0
