@@ -138,3 +138,32 @@ def test_device_work_outside_the_step_is_not_counted_twice():
         assert "no kernel ran inside the step's span" in found[device].message
     six = found["/device:gpu:6"].evidence
     assert 0 < six["idle_share"] < 0.5 and six["idle_before_first_us"] == 0
+
+
+@pytest.mark.parametrize("name, severity", [("cnn_a", "warning"), ("xf_input", "info")])
+def test_fp32_matmuls_on_a_tensor_core_gpu(name: str, severity: str):
+    """The H200 captures train in float32: their cuBLAS/cuDNN kernels say TF32
+    (`f32f32_tf32f32`), none 16-bit, as xprof's precision stats count ("0.0% of device
+    computation is 16 bit")."""
+    (f,) = _findings(name, "RL114")
+    stats, _ = _xprof(name)
+    precision = stats.device_op_metrics_db.precision_stats
+    assert precision.compute_16bit_ps == 0 and precision.compute_32bit_ps > 0
+    assert f.evidence["share_16bit_or_less"] == 0.0
+    per = {r["precision"]: r["us"] for r in f.evidence["per_precision_us"]}
+    assert per["tf32"] > 1000 and "16-bit or less" not in per
+    assert str(f.severity) == severity
+    assert all("tf32" in k["kernel_name"] or "s1688gemm" in k["kernel_name"]
+               or "float" in k["kernel_name"] for k in f.evidence["top_32bit_kernels"])
+
+
+@pytest.mark.skipif(not BERT.is_file(), reason="no shared/data/xplane BERT profile")
+def test_fp32_matmul_quiet_without_library_matmuls_or_gpu():
+    """The BERT profile's V100 kernels are Eigen's (no cuBLAS/cuDNN kernel names a
+    precision), the CPU fixture has no GPU: no finding."""
+    from runlens.analyzer.load import load_run
+    from runlens.checkers import run_checks
+
+    assert run_checks(load_run(BERT, use_cache=False), select=["RL114"]) == []
+    assert run_checks(load_run(ROOT / "fixtures" / "runs" / "cnn", use_cache=False),
+                      select=["RL114"]) == []
