@@ -84,6 +84,16 @@ def test_fold_on_names_jax_writes_for_every_transform():
         assert {(top, FORWARD), (top, BACKWARD)} <= scopes
 
 
+def test_fold_of_older_jax_names():
+    """JAX before 0.4.x: `pjit(f)` for the program, `jit(main)` for its entry function
+    (the form the xplane_hlo docstring quotes), `pmap(f)`; the rule is the same."""
+    assert fold("jit(train_step)/jit(main)/dense1/dot_general") == ("dense1/dot_general", "")
+    assert fold("pjit(step)/jit(main)/transpose(jvp(block0))/mlp/dot_general") == (
+        "block0/mlp/dot_general", BACKWARD)
+    assert fold("pmap(step)/jvp(layer)/vmap(attn)/dot_general") == (
+        "layer/attn/dot_general", FORWARD)
+
+
 def test_fold_leaves_tensorflow_and_unnamed_hlo_names_alone():
     for name in ("conv1/Conv2D", "train/gradients/loss/Mean_grad/Tile", "add.21.0",
                  "args[0]", "unattributed:fusion_12"):

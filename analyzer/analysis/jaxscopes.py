@@ -8,13 +8,14 @@ and `jit(train_step)/transpose(jvp(block3))/mlp/..`: two trees where the user wr
 A jitted call is a scope named by `util.wrap_name` (`jit(f)`, and `pjit(f)`, `pmap(f)`,
 `xmap(f)`, `xla_computation(f)` in older JAX); `jax.checkpoint` adds the scopes
 `checkpoint` and `rematted_computation`, and its replay in the backward pass re-enters the
-checkpointed scope (`transpose(jvp(block0))/jvp(block0)/checkpoint/...`).
+checkpointed scope (`transpose(jvp(block0))/jvp(block0)/checkpoint/...`). Older JAX put
+the module's entry function in as well: `jit(train_step)/jit(main)/dense1/...`.
 
 `fold(name)` undoes that: transform wrappers are unwrapped (`transpose(jvp(block3))` ->
 `block3`), an empty one (`jvp()`) goes, the outermost function (`jit(train_step)`: the
-program, named by its HLO module) goes, a nested jitted call keeps its function's name
-(`jit(relu)` -> `relu`), remat's scopes go, and a scope re-entered by a transform is kept
-once. The leaf (the primitive: `dot_general`, `remat2`) is kept as it is. Which pass an op
+program, named by its HLO module) goes, and so does `jit(main)`; a nested jitted call
+keeps its function's name (`jit(relu)` -> `relu`), remat's scopes go, and a scope
+re-entered by a transform is kept once. The leaf (the primitive: `dot_general`, `remat2`) is kept as it is. Which pass an op
 belongs to is said apart: `backward` when a `transpose` wrapped any of its scopes,
 `forward` when only `jvp` did, else "" (no autodiff: the optimizer, an eval step).
 Names without parentheses (every TensorFlow name) come back unchanged.
@@ -68,8 +69,8 @@ def fold(name: str) -> tuple[str, str]:
             break
         inner, seen, call = _unwrap(part)
         transforms |= seen
-        if not inner or (i == 0 and call and not seen):
-            continue  # `jvp()`; the program's own function
+        if not inner or (call and (i == 0 and not seen or inner == "main")):
+            continue  # `jvp()`; the program's own function (`jit(main)` in older JAX)
         if inner in PSEUDO_SCOPES or (seen and out and out[-1] == inner):
             continue  # remat's scopes; a scope re-entered by a transform (remat replay)
         out.append(inner)
