@@ -15,9 +15,10 @@ the module's entry function in as well: `jit(train_step)/jit(main)/dense1/...`.
 `block3`), an empty one (`jvp()`) goes, the outermost function (`jit(train_step)`: the
 program, named by its HLO module) goes, and so does `jit(main)`; a nested jitted call
 keeps its function's name (`jit(relu)` -> `relu`), remat's scopes go, and a scope
-re-entered by a transform is kept once. The leaf (the primitive: `dot_general`, `remat2`) is kept as it is. Which pass an op
-belongs to is said apart: `backward` when a `transpose` wrapped any of its scopes,
-`forward` when only `jvp` did, else "" (no autodiff: the optimizer, an eval step).
+re-entered by a transform is kept once. The leaf (the primitive: `dot_general`,
+`remat2`) is kept as it is. Which pass an op belongs to is said apart: `backward` when a
+`transpose` wrapped any of its scopes, `forward` when only `jvp` did, else "" (no
+autodiff: the optimizer, an eval step).
 Names without parentheses (every TensorFlow name) come back unchanged.
 """
 
