@@ -231,10 +231,12 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
             click.echo(f"analyze: warning: {warning}", err=True)
 
 
-def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any]) -> None:
+def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any],
+              output: str | None = None) -> None:
     from .analyzer.analysis.attribution import attribution_note
     from .analyzer.analysis.stepselect import require_traced
     from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
+    from .analyzer.rundir import check_output
     from .analyzer.units import lacks_by_reason
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
@@ -255,10 +257,12 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
+    if output is not None:
+        check_output(output)  # before the work: a bad path is a one-line error
     text = registries.renderer("view", fmt)(VIEWS[kind](run, options))
     if options.step < 0:  # after the view: a bad option stays a one-line error
         note_left_out(run, options)
-    click.echo(text, nl=False)
+    emit(text, output)
 
 
 def _view_command(kind: str, doc: str) -> None:
@@ -268,11 +272,17 @@ def _view_command(kind: str, doc: str) -> None:
     @no_cache_option
     @source_option
     @handle_errors
-    def command(run_dir: str, fmt: str, no_cache: bool, **kw: Any) -> None:
+    def command(run_dir: str, fmt: str, no_cache: bool, output: str | None,
+                **kw: Any) -> None:
         if kw.pop("critical_path", False):
-            _critical_path(run_dir, fmt, no_cache, kw["step"])
+            _critical_path(run_dir, fmt, no_cache, kw["step"], output)
         else:
-            _run_view(kind, run_dir, fmt, no_cache, kw)
+            _run_view(kind, run_dir, fmt, no_cache, kw, output)
+
+    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                 help="Write the view to this file (atomically) instead of printing it; "
+                      "for --format speedscope or pprof, a file to open in those tools."
+                 )(command)
 
     if kind == "graph":
         click.option(
@@ -281,7 +291,8 @@ def _view_command(kind: str, doc: str) -> None:
         )(command)
 
 
-def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
+def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int,
+                   output: str | None = None) -> None:
     from .analyzer.analysis.graph import critical_path, no_dataflow
     from .analyzer.analysis.steps import median_step
     from .analyzer.analysis.stepselect import analysed, require_traced
@@ -299,7 +310,7 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int) -> None:
     if skipped:  # said, not drawn as a one-op path covering 0.0% of the step
         click.echo(f"analyze: critical path skipped: {skipped}", err=True)
         return
-    click.echo(registries.renderer("critical_path", fmt)(critical_path(run, step)), nl=False)
+    emit(registries.renderer("critical_path", fmt)(critical_path(run, step)), output)
 
 
 _view_command("ops", """Time and memory by op type (tfprof's op view).

@@ -9,7 +9,15 @@ import polars as pl
 from ..analyzer.units import fmt_bytes, fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
-COPY_OPS = r"(?i)^(MEMCPY(HtoD|DtoH|DtoD|PtoP)|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$"
+# TF's kernels (MEMCPYHtoD) and XSpace's device events (MemcpyH2D, MemcpyD2H, ...).
+_DIRECTIONS = "HtoD|DtoH|DtoD|PtoP|H2D|D2H|D2D|P2P"
+COPY_OPS = (rf"(?i)^(MEMCPY({_DIRECTIONS})|_?(Host)?(Send|Recv)|_HostCast|CopyHost.*)$")
+
+
+def is_copy() -> pl.Expr:
+    """A memory copy or transfer (a node row: lane_kind, kernel, timeline_label)."""
+    return ((pl.col("lane_kind") == "memcpy") | pl.col("kernel").str.contains(COPY_OPS)
+            | pl.col("timeline_label").str.contains(rf"(?i)MEMCPY({_DIRECTIONS})"))
 INFO_SHARE = 0.02
 WARNING_SHARE = 0.10
 
@@ -35,11 +43,9 @@ class HostDeviceCopies(Checker):
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         n = a.run.nodes.filter(pl.col("all_start_us") > 0)
-        is_copy = (pl.col("lane_kind") == "memcpy") | pl.col("kernel").str.contains(COPY_OPS) \
-            | pl.col("timeline_label").str.contains(r"(?i)MEMCPY(HtoD|DtoH|DtoD)")
-        copies = n.filter(is_copy).with_columns(
+        copies = n.filter(is_copy()).with_columns(
             kind=pl.coalesce(
-                pl.col("timeline_label").str.extract(r"(?i)(MEMCPY(?:HtoD|DtoH|DtoD|PtoP))", 1),
+                pl.col("timeline_label").str.extract(rf"(?i)(MEMCPY(?:{_DIRECTIONS}))", 1),
                 pl.col("kernel").str.extract(r"(?i)((?:Host)?(?:Send|Recv))", 1),
                 pl.when(pl.col("lane_kind") == "memcpy").then(pl.lit("MEMCPY")),
                 pl.col("kernel")).str.to_uppercase())

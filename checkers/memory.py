@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..analyzer.model import Run
 from ..analyzer.units import fmt_bytes
 from .base import Analysis, Checker, Finding, Severity, num, register
 
@@ -29,7 +30,18 @@ class MemoryPeak(Checker):
     needs = frozenset({"memory"})
     severity = Severity.INFO
 
+    def skip_reason(self, run: Run) -> str | None:
+        """Runs without per-op memory (XSpace profiles) are checked on their allocator
+        records when they have some: the report draws those, advise says the same."""
+        if "memory" in run.lacks and "allocations" not in run.lacks \
+                and run.allocations.height:
+            return None
+        return super().skip_reason(run)
+
     def check(self, a: Analysis) -> Iterable[Finding]:
+        if "memory" in a.run.lacks:
+            yield from self._from_allocations(a)
+            return
         mem = a.run.memory.join(
             a.run.nodes.select("worker", "step", "exec_idx", "device"),
             on=["worker", "step", "exec_idx"])
@@ -54,6 +66,35 @@ class MemoryPeak(Checker):
             evidence={"allocators": peaks.to_dicts(), "largest_ops": temps.to_dicts()},
             suggestion="Shrink the largest ops' outputs and temporaries; consider mixed "
                        "precision or gradient checkpointing if the peak limits the batch.",
+        )
+
+
+    def _from_allocations(self, a: Analysis) -> Iterable[Finding]:
+        """Peak bytes allocated within a step, per allocator: the running sum of its
+        allocation records (+ allocated, - freed) from the step's start, as the report's
+        memory chart draws them."""
+        key = ["worker", "allocator_name", "step"]
+        per_step = (a.run.allocations.sort(*key, "alloc_us")
+                    .with_columns(level=pl.col("alloc_bytes").cum_sum().over(key))
+                    .group_by(key).agg(peak=pl.col("level").max()))
+        peaks = (per_step.group_by("worker", "allocator_name")
+                 .agg(peak_step=pl.col("step").sort_by("peak").last(),
+                      peak=pl.col("peak").max(), steps=pl.len())
+                 .filter(pl.col("peak") > 0)
+                 .sort(["peak", "worker", "allocator_name"], descending=[True, False, False]))
+        if not peaks.height:
+            return
+        top = peaks.row(0, named=True)
+        yield self.finding(
+            f"peak memory allocated within a step {fmt_bytes(top['peak'])} in allocator "
+            f"{top['allocator_name']} (step {top['peak_step']}), above what was in use when "
+            f"the step began (allocator records: the profile has no per-op memory); "
+            f"largest allocator of {peaks.height}",
+            where={"worker": top["worker"], "step": top["peak_step"]},
+            evidence={"allocators": peaks.to_dicts()},
+            suggestion="Shrink the step's largest temporaries (activations kept for the "
+                       "backward pass, workspaces); consider mixed precision or gradient "
+                       "checkpointing (jax.checkpoint) if the peak limits the batch.",
         )
 
 

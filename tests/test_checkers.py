@@ -29,6 +29,9 @@ CASES = {
     "memory-growth": ("memory_growth", "mlp", "a variable grows each step / steady"),
     "small-ops-overhead": ("rnn_while", "mlp", "780 tiny ops a step / 60 ops"),
     "float64-ops": ("float64_mlp", "mlp", "an MLP in float64 / in float32"),
+    # A real H200 JAX profile in shared/ (CI has it; too large to commit): an absolute path.
+    "fp32-matmul": (str(FIXTURES.parents[2] / "shared" / "data" / "gpu-jax" / "cnn_a"),
+                    "gpu_mnist", "TF32 cuDNN convolutions / no library kernel names"),
 }
 
 

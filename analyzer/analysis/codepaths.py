@@ -11,6 +11,10 @@ traces all end in the `minimize()` (or `tf.gradients`) line. Where the op log ha
 trace for that forward op, a gradient op takes the forward op's path with " (gradient)"
 on each frame, so backprop time lands next to the layer that caused it. Gradient ops
 whose forward op has no trace are left out, as tfprof does.
+
+JAX ops (HLO OpMetadata stack frames, sources/xplane_hlo) carry their own frames, the
+backward pass's the same line as the forward op's: one row holds both (the code view
+shows the split, analyzer.views); JAX's, flax's and optax's frames are library frames.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from ..model import Run
 
 # Packages whose frames are not the user's code (in site-packages or dist-packages).
 LIBRARY_PACKAGES = ("tensorflow", "tensorflow_core", "tensorflow_estimator", "keras",
-                    "tf_keras", "absl", "google/protobuf", "numpy", "six", "wrapt")
+                    "tf_keras", "absl", "google/protobuf", "numpy", "six", "wrapt",
+                    "jax", "jaxlib", "flax", "optax", "haiku", "equinox", "chex")
 _PACKAGE_RE = r"/(?:site|dist)-packages/(?:" + "|".join(LIBRARY_PACKAGES) + r")(?:/|\.py$)"
 _STDLIB_RE = r"/lib/python3(?:\.\d+)?/"
 _INSTALLED_RE = r"/(?:site|dist)-packages/"

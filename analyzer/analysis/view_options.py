@@ -76,6 +76,9 @@ class ViewOptions:
     zero_rows: bool = False
     depth_from_root: bool = False
     library_frames: bool = False
+    # JAX: scopes as JAX wrote them (jit(f)/jvp(s)/..., transpose(jvp(s)) backward)
+    # instead of folded into the user's (analyzer.analysis.jaxscopes).
+    raw_scopes: bool = False
     # Which steps step -1 averages (analyzer.analysis.stepselect): warm-up and outlier steps are
     # left out unless include_warmup (tfprof averages over every step); first/last_step
     # restrict to a range (--steps A:B).
@@ -152,6 +155,9 @@ _REGEX = " Full match; repeat the flag for several."
 FLAGS = [
     Flag("library_frames", "Code view: also show frames of TensorFlow, Keras, absl and the "
          "standard library."),
+    Flag("raw_scopes", "JAX: show scope paths as JAX wrote them (jit(f)/jvp(block)/..., "
+         "transpose(jvp(block))/... for the backward pass) instead of folded into the "
+         "user's scopes with forward and backward in one row."),
     Flag("depth_from_root", "Count --max-depth from tfprof's hidden root (depth 1), as "
          "tfprof does."),
     Flag("zero_rows", "Also show rows whose numbers are all zero."),

@@ -20,6 +20,7 @@ import polars as pl
 from .. import products
 from ..model import Run, kernel_label_expr
 from .codepaths import code_paths
+from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
 from .nodestats import METRICS, node_stats
 from .stepselect import StepChoice, analysed
 from .treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
@@ -31,6 +32,14 @@ from .view_options import (  # noqa: F401 (ViewOptionError: re-exported)
 )
 
 ALL_METRICS = [*METRICS, "params", "float_ops"]
+# JAX scopes (folded, analyzer.analysis.jaxscopes): the time of a row in the forward and in the
+# backward pass; present only where names carry JAX's transforms.
+PASS_METRICS = ["forward_micros", "backward_micros"]
+
+
+def tree_metrics(frame: pl.DataFrame) -> list[str]:
+    """The metrics a tree frame sums: ALL_METRICS, and the passes' times where present."""
+    return [*ALL_METRICS, *[m for m in PASS_METRICS if m in frame.columns]]
 ROOT = "_TFProfRoot"
 
 
@@ -168,7 +177,7 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     sep = _SEPARATORS[kind]
     run = chosen_run(run, opts)
     if (opts.step == -1 and _is_everything(opts.account_type_regexes)
-            and not (kind == "code" and opts.library_frames)):
+            and not (kind == "code" and opts.library_frames) and not opts.raw_scopes):
         nodes = default_tree_nodes(run, kind)
     else:
         nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts), opts.account_type_regexes,
@@ -195,11 +204,12 @@ def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, 
     items (a scope with no node of its own) become nodes with zero self numbers. A node's
     totals are its own numbers if it is accounted, plus the totals of everything below.
     """
+    metrics = tree_metrics(items)
     items = items.with_columns(key=pl.col("path").list.join(sep))
     items = items.group_by("key").agg(
         pl.col("path").first(),
         pl.col("types").list.explode(keep_nulls=False, empty_as_null=False).unique(),
-        *[pl.col(m).sum() for m in ALL_METRICS],
+        *[pl.col(m).sum() for m in metrics],
     ).with_columns(accounted=_accounted(account_type_regexes))
     # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
     # The ancestor at level l is the key cut where its l-th part ends (as in
@@ -207,20 +217,20 @@ def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, 
     # exploded alongside their levels.
     up_end = pl.col("ends") - pl.col("anc_name").str.len_chars() - 2 * len(sep)
     anc = (
-        items.select("key", "accounted", *ALL_METRICS, anc_name="path",
+        items.select("key", "accounted", *metrics, anc_name="path",
                      ends=part_ends(pl.col("path"), sep),
                      level=pl.int_ranges(1, pl.col("path").list.len() + 1))
         .explode("anc_name", "ends", "level")
-        .select("accounted", *ALL_METRICS, "anc_name", "level",
+        .select("accounted", *metrics, "anc_name", "level",
                 ancestor=pl.col("key").str.head(pl.col("ends") - len(sep)),
                 up_key=pl.when(pl.col("level") > 1).then(pl.col("key").str.head(up_end)))
     )
     accounted = pl.col("accounted")
     own = items.select("key", accounted.alias("own_accounted"),
-                       *[pl.col(m).alias(f"self_{m}") for m in ALL_METRICS])
+                       *[pl.col(m).alias(f"self_{m}") for m in metrics])
     nodes = (
         anc.group_by("ancestor")
-        .agg(*[pl.col(m).filter(accounted).sum() for m in ALL_METRICS],
+        .agg(*[pl.col(m).filter(accounted).sum() for m in metrics],
              label=pl.col("anc_name").first(), level=pl.col("level").first(),
              up_key=pl.col("up_key").first(), has_accounted=accounted.any())
         .rename({"ancestor": "key"})
@@ -228,7 +238,7 @@ def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, 
         .join(own, on="key", how="left")
         # A node that is not accounted (or not an item) has no numbers of its own.
         .with_columns(*[pl.when(pl.col("own_accounted")).then(pl.col(f"self_{m}"))
-                        .otherwise(0).alias(f"self_{m}") for m in ALL_METRICS],
+                        .otherwise(0).alias(f"self_{m}") for m in metrics],
                       accounted=pl.col("own_accounted").fill_null(False),
                       # Scope nodes are named by their full name, code frames by their
                       # trace string.
@@ -292,7 +302,8 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     else:
         root = _root_totals(nodes.filter(pl.col("level") == 1))
     rows = order_tree(rows, opts.order_by)
-    keep = ["key", "name", "parent", "depth", *ALL_METRICS, *[f"self_{m}" for m in ALL_METRICS]]
+    metrics = tree_metrics(nodes)
+    keep = ["key", "name", "parent", "depth", *metrics, *[f"self_{m}" for m in metrics]]
     return View(kind, rows.select(keep), root, opts)
 
 
@@ -319,20 +330,21 @@ def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
 
 def _displayed_totals(rows: pl.DataFrame, chain: pl.DataFrame) -> pl.DataFrame:
     """account_displayed_op_only: totals count only displayed nodes (self + shown below)."""
+    metrics = tree_metrics(rows)
     keys = rows.select("key")
     below = (
         chain.join(keys, on="key", how="semi")
         .join(keys.rename({"key": "anc"}), on="anc", how="semi")
-        .join(rows.select("key", *[f"self_{m}" for m in ALL_METRICS]), on="key")
+        .join(rows.select("key", *[f"self_{m}" for m in metrics]), on="key")
         .group_by("anc")
-        .agg(*[pl.col(f"self_{m}").sum().alias(f"below_{m}") for m in ALL_METRICS])
+        .agg(*[pl.col(f"self_{m}").sum().alias(f"below_{m}") for m in metrics])
         .rename({"anc": "key"})
     )
     rows = rows.join(below, on="key", how="left")
     return rows.with_columns(
         [(pl.col(f"self_{m}") + pl.col(f"below_{m}").fill_null(0)).alias(m)
-         for m in ALL_METRICS]
-    ).drop([f"below_{m}" for m in ALL_METRICS])
+         for m in metrics]
+    ).drop([f"below_{m}" for m in metrics])
 
 
 def scope_view(run: Run, opts: ViewOptions) -> View:
@@ -351,8 +363,21 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
 
 
 def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
-    return node_stats(run, opts.step).select(pl.col("name").str.split("/").alias("path"),
-                                             _types(opts).alias("types"), *ALL_METRICS)
+    """Each node under its scope path; JAX names folded into the user's scopes (unless
+    raw_scopes), with the node's time in the forward or backward pass beside."""
+    stats = node_stats(run, opts.step)
+    if opts.raw_scopes or not has_transforms(stats.get_column("name")):
+        return stats.select(pl.col("name").str.split("/").alias("path"),
+                            _types(opts).alias("types"), *ALL_METRICS)
+    return fold_frame(stats.select("name", _types(opts).alias("types"), *ALL_METRICS)).select(
+        pl.col("scope").str.split("/").alias("path"), "types", *ALL_METRICS, *_passes())
+
+
+def _passes() -> list[pl.Expr]:
+    """A folded JAX node's time in the forward and the backward pass (of `direction`)."""
+    micros, direction = pl.col("micros"), pl.col("direction")
+    return [pl.when(direction == FORWARD).then(micros).otherwise(0).alias("forward_micros"),
+            pl.when(direction == BACKWARD).then(micros).otherwise(0).alias("backward_micros")]
 
 
 def code_view(run: Run, opts: ViewOptions) -> View:
@@ -361,8 +386,19 @@ def code_view(run: Run, opts: ViewOptions) -> View:
     library_frames, frames of TensorFlow, Keras, absl and the standard library are left
     out, so the innermost user frame gets the time (analyzer.analysis.codepaths)."""
     view = tree_view("code", run, opts)
-    if not code_paths(run).height:
+    paths = code_paths(run)
+    if not paths.height:
         view.notes.append("no code traces (op_log.pb missing or without them)")
+        return view
+    nodes = node_stats(chosen_run(run, opts), opts.step)
+    total = float(nodes.get_column("micros").sum())
+    traceless = nodes.join(paths, on=["worker", "name"], how="anti")
+    if total and traceless.height:
+        lost = float(traceless.get_column("micros").sum())
+        top = traceless.sort("micros", descending=True).get_column("name").head(3)
+        view.notes.append(f"{100 * lost / total:.1f}% of the time is in ops without a code "
+                          f"location ({', '.join(top.to_list())}"
+                          f"{', ...' if traceless.height > 3 else ''}), not shown")
     return view
 
 
@@ -370,9 +406,12 @@ def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
     paths = code_paths(run).select(
         "worker", "name", path="path" if opts.library_frames else "user_path"
     ).filter(pl.col("path").list.len() > 0)
-    return node_stats(run, opts.step).join(paths, on=["worker", "name"], how="inner"
-                                           ).select("path", _types(opts).alias("types"),
-                                                    *ALL_METRICS)
+    nodes = node_stats(run, opts.step).join(paths, on=["worker", "name"], how="inner")
+    if not has_transforms(nodes.get_column("name")):
+        return nodes.select("path", _types(opts).alias("types"), *ALL_METRICS)
+    # JAX: a line's forward and backward ops in one row, the split beside.
+    return fold_frame(nodes.select("name", "path", _types(opts).alias("types"), *ALL_METRICS)
+                      ).select("path", "types", *ALL_METRICS, *_passes())
 
 
 _TREE_ITEMS = {"scopes": _scope_items, "code": _code_items}

@@ -3,6 +3,7 @@ imports TensorFlow or JAX (each module imports its framework itself, when used).
 
 - `tf1`: the TF1 `CaptureHook` (SessionRunHook) and `trace_step` -> a run directory;
 - `tf2`: the TF2 Keras `ProfileCallback` and `profile()` -> xplane files + function graphs;
+- `jax`: JAX's `profile()` / `@profiled` -> xplane files with `train` step markers;
 - `logs`: quiets TensorFlow's per-step log lines while tracing on CPU.
 
 `from runlens.analyzer.capture import CaptureHook` (the name before the move) still works:

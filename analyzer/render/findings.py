@@ -34,7 +34,8 @@ def _evidence_lines(evidence: dict[str, Any], width: int = 100) -> list[str]:
 
 
 _TIME_KEY = re.compile(r"(^|_)(us|micros)(_|$)")
-_BYTES_KEY = re.compile(r"(^|_)(bytes|peak)(_|$)")
+# `peak` alone is bytes (an allocator's peak); `peak_step` is a step number.
+_BYTES_KEY = re.compile(r"(^|_)bytes(_|$)|(^|_)peak$")
 _SHARE_KEY = re.compile(r"(^|_)share(_|$)")
 
 

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from ..analysis.views import ALL_METRICS, TREE_KINDS, View
+from ..analysis.views import ALL_METRICS, PASS_METRICS, TREE_KINDS, View, tree_metrics
 from ..units import fmt_bytes, fmt_count, fmt_us
 
 SCHEMA = 1
@@ -28,8 +28,17 @@ COLUMNS = {
 
 
 
-def _metrics(row: dict[str, Any]) -> dict[str, int]:
-    return {m: int(row[m]) for m in ALL_METRICS}
+def _number(value: Any) -> int | float:
+    """A metric as JSON: counts and bytes whole; times of XSpace profiles (float
+    microseconds, exact to the nanosecond: docs/xplane.md) to the nanosecond, not cut to
+    whole microseconds; whole times stay whole."""
+    if isinstance(value, float) and not value.is_integer():
+        return round(value, 3)
+    return int(value)
+
+
+def _metrics(row: dict[str, Any]) -> dict[str, int | float]:
+    return {m: _number(row[m]) for m in ALL_METRICS}
 
 
 def view_json(view: View) -> str:
@@ -67,11 +76,13 @@ def _extra(kind: str, row: dict[str, Any]) -> dict[str, Any]:
 
 def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
     kernel = {k: node[k] for k in ("kernel", "fused_ops") if node.get("kernel")}
+    passes = {m: _number(node[m]) for m in PASS_METRICS if m in node}  # JAX: fwd/bwd time
     return {
         "name": node["name"],
         **kernel,
         **_metrics(node),
-        "self": {m: int(node[f"self_{m}"]) for m in ALL_METRICS},
+        **passes,
+        "self": {m: _number(node[f"self_{m}"]) for m in ALL_METRICS},
         "children": [_tree_row(c) for c in node["children"]],
     }
 
@@ -79,9 +90,10 @@ def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
 def view_csv(view: View) -> str:
     out = io.StringIO()
     tree = view.kind in TREE_KINDS
-    header = ["name", *(["depth", "parent"] if tree else []), *ALL_METRICS]
+    metrics = tree_metrics(view.rows) if tree else ALL_METRICS
+    header = ["name", *(["depth", "parent"] if tree else []), *metrics]
     if tree:
-        header += [f"self_{m}" for m in ALL_METRICS]
+        header += [f"self_{m}" for m in metrics]
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     names = dict(zip(view.rows["key"].to_list(), view.rows["name"].to_list(), strict=True))
@@ -118,6 +130,9 @@ def view_text(view: View) -> str:
     head = f"{title:<{width}}"
     for _, _, name in cols:
         head += f"  {name + (' (total/self)' if tree else ''):>26}"
+    passes = _has_passes(view)
+    if passes:
+        head += f"  {'forward/backward':>22}"
     lines.append(head)
     for label, r in label_rows:
         text = label if len(label) <= width else label[: width - 1] + "…"
@@ -130,9 +145,24 @@ def view_text(view: View) -> str:
             else:
                 cell = f"{fmt(r[metric])} {share}"
             line += f"  {cell:>26}"
+        if passes:
+            line += f"  {_passes_cell(r):>22}"
         lines.append(line)
     totals = "  ".join(f"{name} {fmt(view.root[m])}" for m, fmt, name in cols)
     step = "average over steps" if view.options.step < 0 else f"step {view.options.step}"
     lines.append(f"total ({step}): {totals}; {len(label_rows)} rows")
     lines.extend(f"note: {n}" for n in view.notes)
     return "\n".join(lines) + "\n"
+
+
+def _has_passes(view: View) -> bool:
+    """A scope view of JAX ops folded from forward and backward passes."""
+    return ("backward_micros" in view.rows.columns
+            and bool((view.rows.get_column("backward_micros") > 0).any()))
+
+
+def _passes_cell(row: dict[str, Any]) -> str:
+    """`1.20ms/2.51ms`: the row's time in the forward and in the backward pass (the rest,
+    an optimizer's update say, is in neither)."""
+    fwd, bwd = row["forward_micros"], row["backward_micros"]
+    return "-" if not (fwd or bwd) else f"{fmt_us(fwd)}/{fmt_us(bwd)}"

@@ -149,6 +149,7 @@
       return rows.filter(function (r) { return r.micros > 0 && r.micros >= min; })
         .map(function (r) {
           return {name: leaf(r.name), full: r.name, value: r.micros, self: r.self.micros,
+                  fwd: r.forward_micros, bwd: r.backward_micros,
                   children: toSun(r.children)};
         });
     }
@@ -156,8 +157,11 @@
       tooltip: {formatter: function (p) {
         var d = p.data || {};
         if (!d.full) return "";
+        // JAX: the scope's forward and backward pass (folded scopes, docs/views.md).
+        var passes = (d.fwd || d.bwd) ? "<br>forward " + fmtUs(d.fwd) + ", backward " +
+          fmtUs(d.bwd) : "";
         return "<b>" + esc(d.full) + "</b><br>" + fmtUs(d.value) + " per step (" +
-          pct(d.value, total) + "), own ops " + fmtUs(d.self);
+          pct(d.value, total) + "), own ops " + fmtUs(d.self) + passes;
       }},
       series: [{
         type: "sunburst", data: toSun(data.scopes.rows), radius: ["12%", "95%"],

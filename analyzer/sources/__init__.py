@@ -74,6 +74,7 @@ class SourceFrames:
 class Source(Protocol):
     kind: str  # the --source name
     description: str  # one line: what files these are
+    files: str  # a few words: the file names it looks for (the not-a-profile error)
 
     def accepts(self, path: Path) -> bool: ...
 
@@ -116,8 +117,10 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
             why = ""
         if why:
             raise RunDirError(f"{p}: not a profile runlens reads{why}")
-    raise RunDirError(f"{p}: not a profile runlens reads (it reads: "
-                      + "; ".join(f"{s.kind}: {s.description}" for s in sources) + ")")
+    # One short line (it used to list every source's description: ~900 characters).
+    raise RunDirError(f"{p}: not a profile runlens reads (found none of: "
+                      + ", ".join(getattr(s, "files", s.kind) for s in sources)
+                      + "; --source KIND forces a reader, docs/sources.md)")
 
 
 # Key columns of the raw `keys` frame, and the per-worker frames every part gives.

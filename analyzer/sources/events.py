@@ -107,6 +107,7 @@ def _graph_of_meta_graph(raw: bytes) -> bytes | None:
 
 class EventsSource:
     kind = "events"
+    files = "events.out.tfevents.*"  # what the not-a-profile error names
     description = ("TensorBoard event files (events.out.tfevents.*) with run metadata "
                    "written by FileWriter.add_run_metadata or ProfilerHook, or their folder")
 

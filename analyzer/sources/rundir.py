@@ -18,6 +18,7 @@ from . import Part, Progress, Selection, SourceFrames
 
 class RunDirSource:
     kind = "rundir"
+    files = "steps/step-*.pb"  # what the not-a-profile error names
     description = "a run directory written by runlens's hook (steps/step-*.pb), or a " \
                   "folder of them (one per worker)"
 

@@ -90,6 +90,7 @@ def message_bytes(path: Path, message: type) -> bytes:
 
 class RunMetadataSource:
     kind = "runmetadata"
+    files = "RunMetadata .pb/.pbtxt"  # what the not-a-profile error names
     description = ("loose RunMetadata files (binary .pb or text .pbtxt), one or a folder "
                    "of them, with an optional graph.pb/graph.pbtxt beside")
 

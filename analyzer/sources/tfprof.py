@@ -235,6 +235,7 @@ def _executions(profile: Any, raw: bytes | None = None) -> pl.DataFrame:
 
 class TfprofSource:
     kind = "tfprof"
+    files = "tfprof profile_*"  # what the not-a-profile error names
     description = ("tfprof profiles (ProfileProto from Profiler.serialize_to_string or "
                    "ProfileContext's profile_<step>), or their folder")
 

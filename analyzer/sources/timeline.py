@@ -310,6 +310,7 @@ def nodes_frame(cols: dict[str, list]) -> pl.DataFrame:
 
 class TimelineSource:
     kind = "timeline"
+    files = "timeline*.json"  # what the not-a-profile error names
     description = ("tf.timeline / ProfilerHook Chrome traces: a timeline-<step>.json file "
                    "(or .json.gz), a folder of them, or several runs merged into one file")
 

@@ -175,6 +175,7 @@ def xspace(events: list[dict[str, Any]]) -> xplane_pb2.XSpace:
 
 class TraceJsonSource:
     kind = "tracejson"
+    files = "*.trace.json.gz"  # what the not-a-profile error names
     description = ("TensorBoard profile plugin traces (<host>.trace.json.gz, the trace "
                    "viewer's JSON of a TF2 profile), a profile run folder of them, or a "
                    "logdir whose newest profile run has no .xplane.pb")

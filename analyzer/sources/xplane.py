@@ -42,10 +42,16 @@ def _worker(path: Path) -> str:
 def profile_root(logdir: Path) -> Path | None:
     """`logdir`/plugins/profile, or that of the one TensorBoard run below `logdir` that has
     one: Keras's TensorBoard callback writes `<log_dir>/train/plugins/profile/`, and users
-    pass `<log_dir>`, as to TensorBoard. RunDirError when several runs below have one."""
+    pass `<log_dir>`, as to TensorBoard. The logdir's `plugins/` or `plugins/profile/`
+    folder stands for the logdir (a user who browsed down to it). RunDirError when
+    several runs below have one."""
+    if logdir.name == "profile" and logdir.parent.name == "plugins":
+        return logdir
     root = logdir / "plugins" / "profile"
     if root.is_dir():
         return root
+    if logdir.name == "plugins" and (logdir / "profile").is_dir():
+        return logdir / "profile"
     try:
         below = sorted(p for p in logdir.iterdir()
                        if p.is_dir() and (p / "plugins" / "profile").is_dir())
@@ -152,11 +158,17 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     frames = frames_of(ops, extra, worker)
     warnings = [f"{path}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
-    if extra.hlo:
-        graph_nodes, code = _hlo_frames(extra.programs.ops if extra.programs else {})
+    graphs = path.parent / GRAPHS_FILE
+    # JAX: XLA:CPU thunks named by HLO ops, or (GPU/TPU) HLO modules on the metadata
+    # plane, whose OpMetadata hold each op's source line and stack (the code view's).
+    programs = extra.programs.ops if extra.programs else {}
+    hlo = extra.hlo or (not graphs.is_file() and bool(programs))
+    hlo_frames = _hlo_frames(programs) if hlo else None
+    if hlo_frames is not None and (extra.hlo or hlo_frames[1].height):
+        graph_nodes, code = hlo_frames
         lacks["graph"] = "JAX profiles: HLO ops carry no dataflow edges runlens reads"
     else:
-        graph_nodes, more = _graph_nodes(path.parent / GRAPHS_FILE, worker)
+        graph_nodes, more = _graph_nodes(graphs, worker)
         warnings += more
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
@@ -184,6 +196,7 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
 
 class XPlaneSource:
     kind = "xplane"
+    files = "*.xplane.pb, plugins/profile/"  # what the not-a-profile error names
     description = ("TF2/JAX profiles: a <host>.xplane.pb, a profile run folder of them, "
                    "or a TensorBoard logdir (plugins/profile/<run>/)")
 

@@ -12,17 +12,20 @@ from .jsonrows import Int, Lists, Rows, Text, Texts
 
 def node_json() -> dict[str, pl.Expr]:
     """The JSON fragments of a node on a thread, from its columns op (what tf.timeline
-    names it), tf_name, scope, inputs and op_type (the graph's): the event's name
+    names it), tf_name, scope, inputs, op_type (the graph's) and jax_pass: the event's name
     (op_json), args' name for arrows (name_json) and the static part of args (sargs;
     graph_op only when it differs from op)."""
     graph_op = pl.when(pl.col("op") != pl.col("op_type")).then(
         pl.concat_str(pl.lit(',"graph_op":'), jstr(pl.col("op_type")))).otherwise(pl.lit(""))
+    # JAX: "forward" or "backward" (a column jax_pass, "" when neither or not JAX).
+    jax_pass = pl.when(pl.col("jax_pass") != "").then(
+        pl.concat_str(pl.lit(',"pass":'), jstr(pl.col("jax_pass")))).otherwise(pl.lit(""))
     return {
         "op_json": jstr(pl.col("op")), "name_json": jstr(pl.col("tf_name")),
         "sargs": pl.concat_str(
             pl.lit('"name":'), jstr(pl.col("tf_name")), pl.lit(',"op":'), jstr(pl.col("op")),
             pl.lit(',"scope":'), jstr(pl.col("scope")), pl.lit(',"inputs":'),
-            jlist(pl.col("inputs")), graph_op,
+            jlist(pl.col("inputs")), graph_op, jax_pass,
         ),
     }
 
