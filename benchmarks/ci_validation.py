@@ -47,7 +47,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import runlens.analyzer.gate.compare as _gate  # noqa: E402
+import runlens.analyzer.gate.floors as _gate  # noqa: E402
 from runlens.analyzer.gate.compare import Samples, compare, samples_from_run  # noqa: E402
 from runlens.analyzer.load import load_run  # noqa: E402
 
@@ -350,7 +350,7 @@ def run_sessions(args) -> None:
     if args.tune:  # every floor at 0: record what each floor rule would call
         runs_rule.RUN_SPREAD_X = 0.0
         runs_rule.RUN_FLOOR_MIN = {"step": 0.0, "scope": 0.0}
-        import runlens.analyzer.gate.compare as gate
+        import runlens.analyzer.gate.floors as gate
         gate.SCOPE_FLOORS = ((0.10, 0.0), (0.03, 0.0), (gate.NOISE_FLOOR, 0.0))
         gate.OP_FLOORS = gate.SCOPE_FLOORS
         gate.STEP_FLOORS = {gate.STEP_TIME: 0.0, gate.OP_TIME: 0.0}
@@ -461,20 +461,21 @@ def main() -> None:
         print(f"done in {time.monotonic() - started:.0f}s")
         return
     import runlens.analyzer.gate.compare as gate
+    import runlens.analyzer.gate.floors as floors
 
     if args.scope_floors:
         big, mid, small = (f / 100 for f in args.scope_floors)
-        gate.SCOPE_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
+        floors.SCOPE_FLOORS = ((0.10, big), (0.03, mid), (floors.NOISE_FLOOR, small))
     if args.op_floors:
         big, mid, small = (f / 100 for f in args.op_floors)
-        gate.OP_FLOORS = ((0.10, big), (0.03, mid), (gate.NOISE_FLOOR, small))
+        floors.OP_FLOORS = ((0.10, big), (0.03, mid), (floors.NOISE_FLOOR, small))
     if args.step_floors:
-        gate.STEP_FLOORS = {gate.STEP_TIME: args.step_floors[0] / 100,
-                            gate.OP_TIME: args.step_floors[1] / 100}
+        floors.STEP_FLOORS = {floors.STEP_TIME: args.step_floors[0] / 100,
+                            floors.OP_TIME: args.step_floors[1] / 100}
     if args.spike_cap is not None:
         gate.SPIKE_CAP = args.spike_cap or None
-    print(f"floors: step {gate.STEP_FLOORS}, scopes {gate.SCOPE_FLOORS}, op types "
-          f"{gate.OP_FLOORS}; at least {gate.NOISE_FLOOR_US} us; "
+    print(f"floors: step {floors.STEP_FLOORS}, scopes {floors.SCOPE_FLOORS}, op types "
+          f"{floors.OP_FLOORS}; at least {floors.NOISE_FLOOR_US} us; "
           f"spike cap {gate.SPIKE_CAP}")
     models = {"transformer": ("tf_base", "tf_wide"), "mlp": ("mlp_base", "mlp_wide")}
     pl.Config.set_tbl_rows(100)

@@ -19,6 +19,9 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputFileError
+from ..rundir import atomic_write
+from .baseruns import run_sources
+from .samples import Samples
 
 BASELINE_KIND = "runlens-baseline"
 BASELINE_SCHEMA = 1  # one run
@@ -29,12 +32,9 @@ MAX_US = 1e12  # 11.6 days per step: anything above is not a timing
 MAX_SCOPE_DEPTH = 64
 
 
-def save_baseline(samples: Any, path: Path) -> None:
-    """Write `samples` (analyzer.gate.compare.Samples) as a baseline, atomically: schema 1 for
-    one run, schema 2 when it holds several runs (each run's node medians apart)."""
-    from ..rundir import atomic_write
-    from .baseruns import run_sources
-
+def save_baseline(samples: Samples, path: Path) -> None:
+    """Write `samples` (analyzer.gate.samples.Samples) as a baseline, atomically: schema 1
+    for one run, schema 2 when it holds several runs (each run's node medians apart)."""
     wide = samples.samples.group_by("kind", "name").agg(
         pl.col("value_us").sort_by("sample").round(3))
     runs = run_sources(samples)
@@ -185,10 +185,8 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
                                doc.get("node_op_types")), depth, one_run
 
 
-def load_baseline(path: Path) -> Any:
-    """Read and validate a baseline file into analyzer.gate.compare.Samples."""
-    from .compare import Samples
-
+def load_baseline(path: Path) -> Samples:
+    """Read and validate a baseline file into analyzer.gate.samples.Samples."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

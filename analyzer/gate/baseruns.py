@@ -12,12 +12,13 @@ metric's effect-size floor (docs/ci.md, "A baseline of several runs").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
 from ..errors import InputFileError
+from .machinefactor import machine_factor
+from .samples import Samples
 
 RUN_SEP = "#"  # sample id of run i: f"{i}#{worker}/{step}"
 # With k >= 2 base runs a metric's floor is max(least, RUN_SPREAD_X x (s - 1)), s the
@@ -34,17 +35,17 @@ RUN_FLOOR_MIN = {"step": 0.10, "scope": 0.40}
 SMALL_SHARE = 0.03
 
 
-def run_sources(s: Any) -> list[str]:
+def run_sources(s: Samples) -> list[str]:
     """The runs a Samples holds ([] for a plain one-run Samples)."""
     runs = s.meta.get("runs")
     return list(runs) if isinstance(runs, list) else []
 
 
-def n_runs(s: Any) -> int:
+def n_runs(s: Samples) -> int:
     return max(1, len(run_sources(s)))
 
 
-def step_label(s: Any, sample: str) -> str:
+def step_label(s: Samples, sample: str) -> str:
     """A sample id as a reader knows it: run i's "i#worker:0/7" of several runs becomes
     "<run dir name> worker:0/7"; one run's ids stay as they are."""
     sources = run_sources(s)
@@ -61,13 +62,11 @@ def run_index(sample: pl.Expr) -> pl.Expr:
     return sample.str.extract(rf"^(\d+){RUN_SEP}", 1).cast(pl.Int64).fill_null(0)
 
 
-def merge_runs(parts: list[Any]) -> Any:
+def merge_runs(parts: list[Samples]) -> Samples:
     """One Samples holding every run of `parts` apart (a part may itself hold several).
 
     One part of one run is returned as it is: the one-run gate stays exactly as it was.
     """
-    from .compare import Samples
-
     if len(parts) == 1:
         return parts[0]
     samples: list[pl.DataFrame] = []
@@ -100,7 +99,7 @@ def merge_runs(parts: list[Any]) -> Any:
     return Samples(source, pl.concat(samples), pl.concat(medians), first.scope_depth, meta)
 
 
-def pooled_node_medians(s: Any) -> pl.DataFrame:
+def pooled_node_medians(s: Samples) -> pl.DataFrame:
     """Each node's median over the runs' own node medians (the base's reference speed)."""
     nm = s.node_medians
     if "run" not in nm.columns:
@@ -114,12 +113,10 @@ def pooled_node_medians(s: Any) -> pl.DataFrame:
     return pooled.sort("name")
 
 
-def normalize_runs(base: Any) -> tuple[Any, list[float]]:
+def normalize_runs(base: Samples) -> tuple[Samples, list[float]]:
     """Divide each base run by its machine-wide factor against the runs' pooled node
     medians, so that one slow machine among the base runs does not count as a scope's
     run-to-run spread. Returns the pooled Samples (node medians pooled) and the factors."""
-    from .compare import Samples, machine_factor
-
     ref = Samples("pooled", base.samples.head(0), pooled_node_medians(base))
     factors = []
     for i in range(len(run_sources(base))):

@@ -1,6 +1,7 @@
-"""A machine factor per node-duration class, turned into one factor per compared metric.
+"""Machine speed between two runs: one machine-wide factor, and a factor per node-duration
+class turned into one factor per compared metric.
 
-One factor per run (compare.machine_factor) cannot absorb a per-op overhead: in one
+One factor per run (machine_factor) cannot absorb a per-op overhead: in one
 same-config process every tiny op ran 3-4x slower (GradientDescent update nodes 11 us
 against 3.5, AddN 16 against 3) while MatMuls ran 1.4x and the median step was unchanged,
 so a scope of many tiny ops (`train/GradientDescent`) was called a regression (docs/ci.md,
@@ -16,8 +17,14 @@ set the factor it is divided by.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
+
+FACTOR_MIN_NODES = 5
+FACTOR_MIN_US = 5.0
+FACTOR_OUTLIER = 1.5  # nodes whose ratio is this far from the first estimate changed locally
 
 BY_SIZE = True  # False: every metric divided by the one machine-wide factor (as before)
 # A scope's own nodes do not set the factor they are divided by: "op" (shipped) divides
@@ -35,6 +42,30 @@ LEAVE_OUT_MIN = 3  # peers needed: at >= 64 us three agree within 3%
 BIN_MIN_NODES = 8  # fewer nodes in a log2 class: merged with the next larger class
 BIN_OUTLIER = 1.5  # nodes this far from the class's first estimate changed locally
 MIN_US = 1.0  # the trace's resolution: nodes below it carry no timing
+
+
+def machine_factor(base: Any, new: Any) -> tuple[float, int]:
+    """The machine-wide speed factor between two runs (analyzer.gate.samples.Samples), and
+    how many nodes it rests on.
+
+    The median new/base time ratio over nodes with real time in both runs; then again
+    without the nodes whose ratio is more than FACTOR_OUTLIER away from that first
+    estimate (they changed locally, e.g. the layer that regressed), so that a local change
+    in a small model does not pass for machine noise. 1.0 when too few nodes qualify.
+    """
+    timed = pl.col("median_us") >= FACTOR_MIN_US
+    both = (base.node_medians.filter(timed).select("name", "median_us")
+            .join(new.node_medians.filter(timed).select("name", "median_us"), on="name",
+                  suffix="_new")
+            .with_columns(ratio=pl.col("median_us_new") / pl.col("median_us")))
+    if both.height < FACTOR_MIN_NODES:
+        return 1.0, both.height
+    first = float(both["ratio"].median())  # type: ignore[arg-type]
+    steady = both.filter((pl.col("ratio") / first).is_between(1 / FACTOR_OUTLIER,
+                                                              FACTOR_OUTLIER))
+    if steady.height < FACTOR_MIN_NODES:
+        return first, both.height
+    return float(steady["ratio"].median()), steady.height  # type: ignore[arg-type]
 
 
 def _ratio_median(ratios: np.ndarray) -> float:
