@@ -77,7 +77,7 @@ def subset(s: Samples, n: int, rng: random.Random) -> Samples:
     ids = sorted(s.samples["sample"].unique().to_list())
     chosen = rng.sample(ids, n)
     return Samples(s.source, s.samples.filter(pl.col("sample").is_in(chosen)),
-                   s.node_medians, s.scope_depth, s.meta)
+                   s.node_medians, s.scope_depth, s.meta, s.work)
 
 
 def inject(s: Samples, scope: str | None, pct: float) -> Samples:
@@ -105,7 +105,7 @@ def inject(s: Samples, scope: str | None, pct: float) -> Samples:
     if scope not in (None, "idle"):
         medians = medians.with_columns(median_us=pl.col("median_us") * pl.when(
             pl.col("name").str.starts_with(scope + "/")).then(1 + pct / 100).otherwise(1.0))
-    return Samples(s.source, out, medians, s.scope_depth, s.meta)
+    return Samples(s.source, out, medians, s.scope_depth, s.meta, s.work)
 
 
 def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
