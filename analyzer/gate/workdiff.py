@@ -10,7 +10,10 @@ enough to call it; where the work is the same, a slower time may be the process
 The work of a node, per step, from what the source holds: executions; output bytes
 (dtype size x shape of each executed output, else the graph's output shapes); float ops
 (op_log, x executions); parameters (variables' shapes). A fact a source lacks is null, and
-a diff over nulls says nothing (`work_changed` null: not known).
+a diff over nulls says nothing (`work_changed` null: not known). A kernel not attributed
+to an op (`unattributed:<kernel>`) has no work facts: its name is not its work (cuDNN's
+autotuning picks other kernels in other processes of the same program), so a run whose
+kernels are all unattributed has its work not recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import Run
-from .names import TIMED_LANES, node_key, op_key
+from .names import TIMED_LANES, UNATTRIBUTED, node_key, op_key
 
 WORK_SCHEMA = {"name": pl.String, "op_type": pl.String, "execs": pl.Float64,
                "out_bytes": pl.Float64, "in_bytes": pl.Float64, "float_ops": pl.Float64,
@@ -109,7 +112,8 @@ def work_from_run(run: Run) -> pl.DataFrame:
     output bytes and float ops per step; plus the run's variables with their parameters."""
     timed = run.nodes.filter((pl.col("all_start_us") > 0)
                              & pl.col("lane_kind").is_in(TIMED_LANES)).with_columns(
-        key=node_key(), op_type=op_key())
+        key=node_key(), op_type=op_key()).filter(
+        ~pl.col("key").str.starts_with(UNATTRIBUTED + ":"))
     per_step = timed.group_by("key", "node_name", "op_type", "worker", "step").agg(
         execs=pl.len())
     recorded = _executed_outputs(run, timed)
@@ -182,8 +186,8 @@ def work_diff(base: pl.DataFrame | None, new: pl.DataFrame | None,
               scope_depth: int) -> pl.DataFrame:
     """Per metric (kind, name): the work of its nodes on both sides, what changed, and a
     short text of it (`work`); `work_changed` null when a side's work is not known."""
-    if base is None or new is None:
-        return pl.DataFrame(schema=DIFF_SCHEMA)
+    if base is None or new is None or not base.height or not new.height:
+        return pl.DataFrame(schema=DIFF_SCHEMA)  # a side whose work is not recorded
     known = {c: base[c].null_count() < base.height and new[c].null_count() < new.height
              for c in FACTS}
     pair = (base.join(new, on="name", how="full", coalesce=True, suffix="_new")
