@@ -32,8 +32,7 @@ WIDE_FACTOR = 4
 
 def capture_convnet(out: Path, steps: int, wide: int | None = None, warmup: int = 2) -> None:
     """Train the convnet for `steps` traced steps after `warmup` untraced ones."""
-    from tf_blocks import _capture, _conv, _dense, _inputs, _seed, _sparse_softmax_loss, \
-        _train_op
+    from tf_blocks import _capture, _conv, _dense, _inputs, _seed, _sparse_softmax_loss, _train_op
 
     with tf.Graph().as_default():
         rng = _seed()
