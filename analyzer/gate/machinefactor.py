@@ -157,8 +157,9 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
         scopes = _scopes_left_out(scopes, nodes)
     scopes = scopes.select("kind", "metric", "group", "new_us", "at_base", "peer_us",
                            "peer_n")
-    plain = {"group": pl.lit(None, scopes.schema["group"]), "new_us": "new_us",
-             "at_base": "at_base", "peer_us": pl.lit(0.0), "peer_n": pl.lit(0)}
+    plain: dict[str, pl.Expr] = {
+        "group": pl.lit(None, scopes.schema["group"]), "new_us": pl.col("new_us"),
+        "at_base": pl.col("at_base"), "peer_us": pl.lit(0.0), "peer_n": pl.lit(0)}
     groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"), **plain)]
     if by_op:
         groups.append(nodes.select(kind=pl.lit("op"), metric="op_type", **plain))
