@@ -360,7 +360,8 @@ def run_sessions(args) -> None:
     dirs = dict(s.split("=", 1) for s in args.sessions)
     held = set(args.held_out or [])
     results, record = [], []
-    for name, prefix in (("transformer", "tf_base"), ("mlp", "mlp_base")):
+    for name, prefix in (("transformer", "tf_base"), ("mlp", "mlp_base"),
+                         ("convnet", "cnn_base")):
         if args.models and name not in args.models:
             continue
         sessions = {lab: load(Path(dirs[lab]), prefix) for lab in labels}
