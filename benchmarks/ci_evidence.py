@@ -68,6 +68,30 @@ def outcome(result) -> str:
     return "watch" if result.watches.height else "pass"
 
 
+def noise(model: str, base: list[Samples]) -> dict:
+    """How noisy the session was: each run's median step time and op time, and the
+    largest same-config change of a scope of >= 3% of the step (whole runs, every
+    ordered pair): its effect and lower end."""
+    med = [s.samples.filter(pl.col("kind") == "step").group_by("name")
+           .agg(pl.col("value_us").median()) for s in base]
+    step = [float(m.filter(pl.col("name") == "step time")["value_us"][0]) for m in med]
+    op = [float(m.filter(pl.col("name") == "op time")["value_us"][0]) for m in med]
+    worst = (0.0, 0.0, "")
+    for i, j in itertools.permutations(range(len(base)), 2):
+        rows = compare(base[i], base[j]).rows.filter(
+            (pl.col("kind") == "scope") & (pl.col("share_pct") >= 3)
+            & pl.col("effect_pct").is_not_null())
+        if rows.height:
+            top = rows.sort("effect_pct", descending=True).row(0, named=True)
+            if top["effect_pct"] > worst[0]:
+                worst = (top["effect_pct"], top["effect_low_pct"] or 0.0, top["name"])
+    return {"model": model, "step time median (ms)":
+            f"{min(step) / 1000:.2f}-{max(step) / 1000:.2f}",
+            "op time median (ms)": f"{min(op) / 1000:.2f}-{max(op) / 1000:.2f}",
+            "largest same-config scope change": f"+{worst[0]:.0f}% (CI from +{worst[1]:.0f}%)"
+            f" {worst[2]}"}
+
+
 def study(model: str, base: list[Samples], wide: list[Samples], steps: int, draws: int,
           rng: random.Random, record: list) -> list[dict]:
     _, _, widened = MODELS[model]
@@ -126,6 +150,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--draws", type=int, default=10, help="draws per ordered pair")
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--noise", action="store_true",
+                    help="only how noisy each session's same-config runs were")
     ap.add_argument("--record", action="store_true",
                     help="print every same-config WATCH line's lower end (the choice set)")
     args = ap.parse_args()
@@ -141,11 +167,17 @@ def main() -> None:
             base = load(Path(folder), base_prefix)
             if len(base) < 2:
                 continue
+            if args.noise:
+                print(f"| {label} | " + " | ".join(noise(model, base).values()) + " |",
+                      flush=True)
+                continue
             rng = random.Random(SEED)
             out = study(model, base, load(Path(folder), wide_prefix), args.steps,
                         args.draws, rng, record)
             rows += [{"session": label, **r} for r in out]
             print(f"{label} {model} done ({time.monotonic() - started:.0f}s)", flush=True)
+    if args.noise:
+        return
     table = pl.DataFrame(rows)
     cols = [c for c in ("session", "model", "case", "n", "fail", "watch",
                         "named with work diff", "example") if c in table.columns]
