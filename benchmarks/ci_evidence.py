@@ -144,12 +144,33 @@ def study(model: str, base: list[Samples], wide: list[Samples], steps: int, draw
     return rows
 
 
+def across(model: str, a: list[Samples], b: list[Samples], wide_b: list[Samples]) -> list[dict]:
+    """Whole runs of two sessions against each other, both orders: same config, and each
+    run of the first session against the second's wider runs."""
+    _, _, widened = MODELS[model]
+    same = [compare(x, y) for x, y in itertools.chain(itertools.product(a, b),
+                                                      itertools.product(b, a))]
+    wide = [compare(x, w) for x, w in itertools.product(a, wide_b)]
+    out = [outcome(r) for r in same]
+    first = next((r.regressions.row(0, named=True) for r in same if r.regressions.height),
+                 None)
+    return [{"model": model, "case": "same config across sessions, whole runs",
+             "n": len(out), "fail": out.count("fail"), "watch": out.count("watch"),
+             "example": "" if first is None else f"{first['kind']} {first['name']}"},
+            {"model": model, "case": f"real wider {widened} across sessions, whole runs",
+             "n": len(wide), "fail": sum(outcome(r) == "fail" for r in wide),
+             "watch": sum(outcome(r) == "watch" for r in wide),
+             "named with work diff": sum(names_scope(r, widened) for r in wide)}]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", nargs="+", metavar="LABEL=DIR", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--draws", type=int, default=10, help="draws per ordered pair")
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--across", nargs=2, metavar="LABEL", default=None,
+                    help="only whole runs of these two sessions against each other")
     ap.add_argument("--noise", action="store_true",
                     help="only how noisy each session's same-config runs were")
     ap.add_argument("--record", action="store_true",
@@ -161,7 +182,16 @@ def main() -> None:
     started = time.monotonic()
     rows: list[dict] = []
     record: list = []
-    for label, folder in (s.split("=", 1) for s in args.sessions):
+    dirs = dict(s.split("=", 1) for s in args.sessions)
+    if args.across:
+        one, two = args.across
+        for model in args.models:
+            b, w = MODELS[model][:2]
+            rows += [{"session": f"{one} x {two}", **r} for r in across(
+                model, load(Path(dirs[one]), b), load(Path(dirs[two]), b),
+                load(Path(dirs[two]), w))]
+        dirs = {}
+    for label, folder in dirs.items():
         for model in args.models:
             base_prefix, wide_prefix, _ = MODELS[model]
             base = load(Path(folder), base_prefix)
