@@ -97,6 +97,14 @@ def test_same_work_slower_at_one_process_a_side_is_a_watch_line_shown_with_its_a
     assert "GradientDescent" in watch and "work unchanged" in watch
     assert "run 3 base and 3 new processes (--new-runs 3) to judge it" in watch
     assert "result: OK (0 regression(s), 2 WATCH line(s))" in out
+    args = ["compare", COMPARE / "tf_base_b", COMPARE / "tf_base_c", COMPARE / "tf_base_a",
+            "--no-cache"]
+    md = run_cli([*args, "--format", "markdown"]).stdout
+    assert "WATCH (same work, not failing):" in md and "| 👁️ | scope | `GradientDescent`" in md
+    junit = run_cli([*args, "--format", "junit"]).stdout
+    assert 'failures="0"' in junit and "watch: GradientDescent: raw " in junit
+    doc = json.loads(run_cli([*args, "--format", "json"]).stdout)
+    assert doc["watches"] == 2 and doc["regressions"] == 0
 
 
 def test_baseline_files_keep_the_work_and_refuse_bad_work(tmp_path):

@@ -199,6 +199,11 @@ def prepare(base: Samples, new: Samples, keep_outliers: bool, normalize: bool,
     if caps["base"] != caps["new"]:
         warnings.append(f"contention spikes capped differently (base {caps['base']}, new "
                         f"{caps['new']}): re-save the baseline with this version")
+    for side, s in (("base", base), ("new", new)):
+        if s.work is None or not s.work.height:
+            warnings.append(f"{side}: the nodes' work is not recorded (a baseline saved "
+                            "before runlens kept it, or a profile whose kernels are not "
+                            "attributed to ops): no line can be judged by a change in work")
     base, new, excluded, outliers = _outliers(base, new, keep_outliers)
     k_runs, new_runs = n_runs(base), n_runs(new)
     if new_runs >= 2:  # several new runs are pooled as they are
