@@ -82,12 +82,21 @@ def test_the_wider_stage_fails(gpu):
 @pytest.mark.xfail(strict=True, reason="needs GPU kernels attributed to their HLO op names "
                    "(issue 23 point 1, branch h23-attrib): until then every kernel is "
                    "`unattributed:<kernel>` and no scope exists to name")
-def test_the_wider_stage_is_named_with_its_work_diff(gpu):
+def test_the_wider_stage_is_named_first(gpu):
     for base in SAME:
         result = compare(gpu[base], gpu["cnn_wide2"])
         scopes = result.regressions.filter(pl.col("kind") == "scope")
-        named = scopes.filter(pl.col("name").str.contains(r"(^|/)stage2(/|$)"))
-        assert named.height, scopes["name"].to_list()
-        assert named["work_changed"].fill_null(False).any()
+        assert scopes.height, result.watches["name"].to_list()
         first = scopes.filter(~pl.col("explained"))["name"][0]
         assert "stage2" in first.split("/"), first
+
+
+@pytest.mark.xfail(strict=True, reason="needs the HLO instructions' shapes in the Run's graph "
+                   "nodes (output_shapes, dtype by op name; issue 23 point 1, h23-attrib): "
+                   "the work diff reads them as it reads TF graphs' _output_shapes")
+def test_the_wider_stage_fails_on_its_work_diff(gpu):
+    result = compare(gpu["cnn_a"], gpu["cnn_wide2"])
+    stage2 = result.regressions.filter((pl.col("kind") == "scope")
+                                       & pl.col("name").str.contains(r"(^|/)stage2(/|$)"))
+    assert stage2.height and stage2["work_changed"].fill_null(False).all()
+    assert stage2["rule"][0].startswith("work changed")
