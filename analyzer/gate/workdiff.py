@@ -101,6 +101,8 @@ def _with_inputs(run: Run, nodes: pl.DataFrame) -> pl.DataFrame:
             .select(src="name", b=_elements(pl.col("shape")) * _dtype_bytes(pl.col("dtype"))))
     each = pl.concat([nodes.filter(pl.col("execs") > 0).select(
         src="name", b=pl.col("out_bytes") / pl.col("execs")), held]).unique("src", keep="last")
+    if each["b"].is_null().all():  # no producer's size known: nothing to say of inputs
+        return nodes.with_columns(in_bytes=pl.lit(None, pl.Float64))
     read = (edges.join(each, on="src").group_by("name")
             .agg(b=pl.col("b").sum()))  # a producer of unknown size (a resource) adds 0
     return (nodes.join(read, on="name", how="left")
