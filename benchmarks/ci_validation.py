@@ -198,6 +198,26 @@ def scopes_over(s: Samples, least_share: float) -> list[str]:
                              & (pl.col("value_us") >= least_share * step))["name"].to_list())
 
 
+def _same_config(draw, same: int, record: list | None, key: tuple) -> dict:
+    """`same` same-config draws: how many exit 1, and by which first metric."""
+    alarms, first = 0, None
+    named: dict[str, int] = {}  # false alarms by the first metric they call
+    for _ in range(same):
+        base, new, _ = draw()
+        r = compare(base, new)
+        if record is not None:
+            record.append((*key, "same", candidates(r, False)))
+        if r.regressions.height:
+            alarms += 1
+            first = first or r.regressions.select("kind", "name", "effect_pct",
+                                                  "floor_pct").row(0)
+            top = r.regressions["name"][0]
+            named[top] = named.get(top, 0) + 1
+    tally = ", ".join(f"{k_} x{v}" for k_, v in sorted(named.items(), key=lambda kv: -kv[1]))
+    return {"exit 1": alarms, "rate": alarms / same,
+            "example": f"{first}; by first metric: {tally}" if first else ""}
+
+
 def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple[str, str]],
                 k: int, n: int, rng: random.Random, same: int, per_scope: int, step: int,
                 record: list | None = None, label: str = "", new_k: int = 1) -> list[dict]:
@@ -232,24 +252,8 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
         new_run = rng.choice(sessions[b])
         return base, subset(new_run, n, rng), new_run
 
-    out = []
-    alarms, first = 0, None
-    named: dict[str, int] = {}  # false alarms by the first metric they call
-    for _ in range(same):
-        base, new, _ = draw()
-        r = compare(base, new)
-        if record is not None:
-            record.append((name, label, k, n, "same", candidates(r, False)))
-        if r.regressions.height:
-            alarms += 1
-            first = first or r.regressions.select("kind", "name", "effect_pct",
-                                                  "floor_pct").row(0)
-            top = r.regressions["name"][0]
-            named[top] = named.get(top, 0) + 1
-    tally = ", ".join(f"{k_} x{v}" for k_, v in sorted(named.items(), key=lambda kv: -kv[1]))
-    out.append({"set": label, "model": name, "k": k, "n": n, "case": "same config",
-                "draws": same, "exit 1": alarms, "rate": alarms / same,
-                "example": f"{first}; by first metric: {tally}" if first else ""})
+    out = [{"set": label, "model": name, "k": k, "n": n, "case": "same config",
+            "draws": same, **_same_config(draw, same, record, (name, label, k, n))}]
     scopes = sorted({sc for runs in sessions.values() for r in runs
                      for sc in scopes_over(r, 0.05)})
     per: dict[str, int] = {}
@@ -339,7 +343,7 @@ def run_sessions(args) -> None:
               f"{r['draws']} | {r['exit 1']} | {r['rate']:.1%} | {r['example']} |")
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("capture", type=Path, nargs="?")
     ap.add_argument("--floors", action="store_true", help="only the run-to-run variation")
@@ -391,7 +395,11 @@ def main() -> None:
                          "and log2 bin), none (every node by its class's factor, every "
                          "scope of >= 3%% at the 60%% floor: as before), bin / class / "
                          "merged (rejected variants)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = _parser().parse_args()
     started = time.monotonic()
     import runlens.analyzer.gate.machinefactor as mf
     mf.BY_SIZE = not args.one_factor
