@@ -66,8 +66,14 @@ def save_baseline(samples: Samples, path: Path) -> None:
     else:
         doc.update(nodes(medians))
     if samples.work is not None:  # what each node does (analyzer.gate.workdiff)
-        doc["node_work"] = {r[0]: list(r[1:]) for r in samples.work.iter_rows()}
+        doc["node_work"] = {r[0]: [r[1], *(_count(v) for v in r[2:])]
+                            for r in samples.work.iter_rows()}
     atomic_write(path, (json.dumps(doc, indent=0, allow_nan=False) + "\n").encode())
+
+
+def _count(v: float | None) -> float | int | None:
+    """A count as JSON writes it shortest (1 rather than 1.0)."""
+    return int(v) if v is not None and float(v).is_integer() else v
 
 
 class _Bad(Exception):
