@@ -85,7 +85,8 @@ def judge(rows: pl.DataFrame, diff: pl.DataFrame, processes: int, threshold_pct:
         .when(by_work).then(pl.lit(f"work changed: a regression when significant and at "
                                    f"least +{WORK_FLOOR:.0%} (lower end of the 95% CI)"))
         .when(flagged & one & moves).then(pl.format(
-            "{}, one process a side: it makes {}% of op time's change, a regression too",
+            "{}, one process a side: it makes {}% of op time's change, and op time is a "
+            "regression",
             no_work, pct))
         .when(flagged & one & beyond).then(pl.format(
             "{}, one process a side: beyond the largest same-config swing (lower end >= "
