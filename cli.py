@@ -405,8 +405,12 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     (Hodges-Lehmann, after dividing out machine speed per node-size class, each scope's
     nodes by the same kernels of their size outside it) above an effect-size floor
     measured between separate runs (docs/ci.md) with 95% confidence.
-    Warm-up and outlier steps are left out. Exit 0: no regression; 1: regression; 2: bad
-    input.
+    Verdicts by evidence: every line shows what changed in its nodes' work (bytes, float
+    ops, parameters); a scope whose work changed fails when +20% or more; one whose work
+    is the same fails with one process a side only when it moved op time or is beyond any
+    same-config swing, else it is a WATCH line (run 3 + 3 processes to judge it).
+    Warm-up and outlier steps are left out. Exit 0: no regression (WATCH lines do not
+    fail); 1: regression; 2: bad input.
 
     \b
     Examples:

@@ -47,20 +47,9 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import runlens.analyzer.gate.floors as _gate  # noqa: E402
+from ci_tune import candidates, tune  # noqa: E402  (the --tune grid)
 from runlens.analyzer.gate.compare import Samples, compare, samples_from_run  # noqa: E402
 from runlens.analyzer.load import load_run  # noqa: E402
-
-# The size-class floors as shipped (--tune sets the module's floors to 0 to record).
-_CLASS = (dict(_gate.STEP_FLOORS), _gate.SCOPE_FLOORS, _gate.OP_FLOORS)
-
-
-def class_floor(kind: str, share: float, name: str) -> float | None:
-    steps, scopes, ops = _CLASS
-    if kind == "step":
-        return steps.get(name)
-    return next((f for least, f in (ops if kind == "op" else scopes) if share >= least),
-                None)
 
 SLOWDOWNS = (5, 10, 20, 50, 100, 200)
 
@@ -77,7 +66,7 @@ def subset(s: Samples, n: int, rng: random.Random) -> Samples:
     ids = sorted(s.samples["sample"].unique().to_list())
     chosen = rng.sample(ids, n)
     return Samples(s.source, s.samples.filter(pl.col("sample").is_in(chosen)),
-                   s.node_medians, s.scope_depth, s.meta)
+                   s.node_medians, s.scope_depth, s.meta, s.work)
 
 
 def inject(s: Samples, scope: str | None, pct: float) -> Samples:
@@ -105,7 +94,7 @@ def inject(s: Samples, scope: str | None, pct: float) -> Samples:
     if scope not in (None, "idle"):
         medians = medians.with_columns(median_us=pl.col("median_us") * pl.when(
             pl.col("name").str.starts_with(scope + "/")).then(1 + pct / 100).otherwise(1.0))
-    return Samples(s.source, out, medians, s.scope_depth, s.meta)
+    return Samples(s.source, out, medians, s.scope_depth, s.meta, s.work)
 
 
 def pick_scope(s: Samples, least_share: float) -> tuple[str, float]:
@@ -209,18 +198,24 @@ def scopes_over(s: Samples, least_share: float) -> list[str]:
                              & (pl.col("value_us") >= least_share * step))["name"].to_list())
 
 
-def candidates(result, target: str | None | bool) -> list[tuple]:
-    """With every floor at 0 (--tune): the significant rises a floor rule could call,
-    as (kind, share %, lower end %, run spread %, size-class floor %, is the target)."""
-    rows = result.regressions.filter(pl.col("name") != "step time")
-    out = []
-    for r in rows.iter_rows(named=True):
-        cls = class_floor(r["kind"], r["share_pct"] / 100, r["name"])
-        hit = (r["kind"] == "step") if target is None else (
-            r["kind"] == "scope" and r["name"] == target)
-        out.append((r["kind"], r["effect_low_pct"], r["run_spread_pct"],
-                    None if cls is None else cls * 100, bool(hit and target is not False)))
-    return out
+def _same_config(draw, same: int, record: list | None, key: tuple) -> dict:
+    """`same` same-config draws: how many exit 1, and by which first metric."""
+    alarms, first = 0, None
+    named: dict[str, int] = {}  # false alarms by the first metric they call
+    for _ in range(same):
+        base, new, _ = draw()
+        r = compare(base, new)
+        if record is not None:
+            record.append((*key, "same", candidates(r, False)))
+        if r.regressions.height:
+            alarms += 1
+            first = first or r.regressions.select("kind", "name", "effect_pct",
+                                                  "floor_pct").row(0)
+            top = r.regressions["name"][0]
+            named[top] = named.get(top, 0) + 1
+    tally = ", ".join(f"{k_} x{v}" for k_, v in sorted(named.items(), key=lambda kv: -kv[1]))
+    return {"exit 1": alarms, "rate": alarms / same,
+            "example": f"{first}; by first metric: {tally}" if first else ""}
 
 
 def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple[str, str]],
@@ -257,24 +252,8 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
         new_run = rng.choice(sessions[b])
         return base, subset(new_run, n, rng), new_run
 
-    out = []
-    alarms, first = 0, None
-    named: dict[str, int] = {}  # false alarms by the first metric they call
-    for _ in range(same):
-        base, new, _ = draw()
-        r = compare(base, new)
-        if record is not None:
-            record.append((name, label, k, n, "same", candidates(r, False)))
-        if r.regressions.height:
-            alarms += 1
-            first = first or r.regressions.select("kind", "name", "effect_pct",
-                                                  "floor_pct").row(0)
-            top = r.regressions["name"][0]
-            named[top] = named.get(top, 0) + 1
-    tally = ", ".join(f"{k_} x{v}" for k_, v in sorted(named.items(), key=lambda kv: -kv[1]))
-    out.append({"set": label, "model": name, "k": k, "n": n, "case": "same config",
-                "draws": same, "exit 1": alarms, "rate": alarms / same,
-                "example": f"{first}; by first metric: {tally}" if first else ""})
+    out = [{"set": label, "model": name, "k": k, "n": n, "case": "same config",
+            "draws": same, **_same_config(draw, same, record, (name, label, k, n))}]
     scopes = sorted({sc for runs in sessions.values() for r in runs
                      for sc in scopes_over(r, 0.05)})
     per: dict[str, int] = {}
@@ -308,41 +287,6 @@ def multi_study(name: str, sessions: dict[str, list[Samples]], pairs: list[tuple
     return out
 
 
-def _passes(c: tuple, k: int, margin: float, least: float) -> bool:
-    kind, low, spread, cls, _ = c
-    if cls is None or low is None:
-        return False
-    if k < 2:
-        return low >= cls
-    # op time: 10%; op types and metrics of 1-3% (class floor 120%): their class floor
-    least = 10.0 if kind == "step" else cls if (cls >= 100 or kind == "op") else least
-    floor = max(least, margin * spread)
-    return low >= floor
-
-
-def tune(record: list, margins: list[float], mins: list[float]) -> pl.DataFrame:
-    """Rates of each (spread multiple, scope/op minimum) floor rule over the draws."""
-    rows = []
-    for margin in margins:
-        for least in mins:
-            for model, label, k, n, case, cands in record:
-                called_ = [c for c in cands if _passes(c, k, margin, least)]
-                hit = any(c[4] for c in called_) if case != "same" else bool(called_)
-                rows.append({"margin": margin, "min": least, "model": model, "set": label,
-                             "k": k, "n": n, "case": case, "hit": hit})
-    keys = ["margin", "min", "set", "model", "k", "n"]
-    d = pl.DataFrame(rows)
-    per = d.group_by(*keys, "case").agg(rate=pl.col("hit").mean())
-    scope = pl.col("case").str.starts_with("2x ")
-    return (d.with_columns(case=pl.when(scope).then(pl.lit("2x")).otherwise("case"))
-            .group_by(*keys, "case").agg(rate=pl.col("hit").mean().round(3))
-            .pivot(on="case", index=keys, values="rate")
-            .join(per.filter(scope).group_by(keys).agg(
-                worst_2x=pl.col("rate").min().round(3),
-                worst_scope=pl.col("case").sort_by("rate").first().str.slice(3)), on=keys)
-            .sort("set", "model", "k", "n", "margin", "min"))
-
-
 def run_sessions(args) -> None:
     """--sessions: base = k runs of one session, new = a run of another session."""
     import runlens.analyzer.gate.baseruns as runs_rule
@@ -360,7 +304,8 @@ def run_sessions(args) -> None:
     dirs = dict(s.split("=", 1) for s in args.sessions)
     held = set(args.held_out or [])
     results, record = [], []
-    for name, prefix in (("transformer", "tf_base"), ("mlp", "mlp_base")):
+    for name, prefix in (("transformer", "tf_base"), ("mlp", "mlp_base"),
+                         ("convnet", "cnn_base")):
         if args.models and name not in args.models:
             continue
         sessions = {lab: load(Path(dirs[lab]), prefix) for lab in labels}
@@ -398,7 +343,7 @@ def run_sessions(args) -> None:
               f"{r['draws']} | {r['exit 1']} | {r['rate']:.1%} | {r['example']} |")
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("capture", type=Path, nargs="?")
     ap.add_argument("--floors", action="store_true", help="only the run-to-run variation")
@@ -450,7 +395,11 @@ def main() -> None:
                          "and log2 bin), none (every node by its class's factor, every "
                          "scope of >= 3%% at the 60%% floor: as before), bin / class / "
                          "merged (rejected variants)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = _parser().parse_args()
     started = time.monotonic()
     import runlens.analyzer.gate.machinefactor as mf
     mf.BY_SIZE = not args.one_factor

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from runlens.analyzer.analysis.warmup import flag_steps
 from runlens.analyzer.gate.compare import Samples, compare, samples_from_run, warmup_steps
+from runlens.analyzer.gate.verdicts import WATCH_ADVICE
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
 
@@ -88,7 +89,19 @@ def test_a_3x_scope_of_3_percent_is_caught_though_step_time_is_in_the_noise(tf):
     result = compare(base, _slower(new, scope, 3.0))
     step_row = result.rows.filter(pl.col("name") == "step time")
     assert step_row["verdict"][0] != "regression"  # step time alone would not tell
-    assert result.regressions["name"][0] == scope
+    # Flagged first. Its work is the same and each side one process: since issue 24 a
+    # WATCH line with the advice, exit 0 (docs/ci.md "Verdicts by evidence") ...
+    assert result.watches["name"][0] == scope and result.regressions.height == 0
+    assert WATCH_ADVICE in result.watches["rule"][0]
+    # ... and the same slowdown with the scope doing 3x the work is a regression, first.
+    more = new.work.with_columns(pl.when(pl.col("name").str.starts_with(scope + "/"))
+                                 .then(pl.col(c) * 3).otherwise(pl.col(c)).alias(c)
+                                 for c in ("out_bytes", "in_bytes"))
+    worked = _slower(new, scope, 3.0)
+    worked = compare(base, Samples(worked.source, worked.samples, worked.node_medians,
+                                   worked.scope_depth, worked.meta, more))
+    assert worked.regressions["name"][0] == scope
+    assert worked.regressions["rule"][0].startswith("work changed")
 
 
 def _more_op_work(s: Samples, share_of_step: float) -> Samples:

@@ -41,6 +41,15 @@ def exact_times(run: Run) -> bool:
     return len(rules) > 0 and bool((rules == "xprof").all())
 
 
+def execution_us(exact: bool) -> pl.Expr:
+    """An execution's time as the views count it, in microseconds: xprof's rules
+    (`exact`) its nanoseconds as they are; tfprof's its whole microseconds, 0 as 1. The
+    one expression of it: the views, and compare's per-step samples (gate/samples.py)."""
+    if exact:
+        return pl.col("op_end_rel_ns") / 1000.0
+    return pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
+
+
 def _per_node(run: Run, step: int) -> pl.DataFrame:
     """One row per (worker, node_name) that has executions: the tfprof metrics for `step`
     (-1: average), `steps_run` (0 when no counted execution) and `exec_op`.
@@ -126,8 +135,7 @@ def _key_flags(per_key: pl.DataFrame) -> pl.DataFrame:
 
 def _masked(ex: pl.LazyFrame, keep: pl.Expr, exact: bool) -> pl.LazyFrame:
     """Each execution's contribution to each metric (0 where it does not count)."""
-    us = (pl.col("op_end_rel_ns") / 1000.0 if exact else
-          pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us")))
+    us = execution_us(exact)
     cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
 
     def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:

@@ -22,6 +22,7 @@ from ..errors import InputFileError
 from ..rundir import atomic_write
 from .baseruns import run_sources
 from .samples import Samples
+from .workdiff import WORK_SCHEMA
 
 BASELINE_KIND = "runlens-baseline"
 BASELINE_SCHEMA = 1  # one run
@@ -30,6 +31,8 @@ SCHEMAS = (BASELINE_SCHEMA, MULTI_RUN_SCHEMA)
 KINDS = ("step", "op", "scope")
 MAX_US = 1e12  # 11.6 days per step: anything above is not a timing
 MAX_SCOPE_DEPTH = 64
+MAX_WORK = 1e18  # bytes, float ops, parameters per step: anything above is not a count
+WORK_FIELDS = list(WORK_SCHEMA)[1:]  # node_work values: [op type, executions, ...]
 
 
 def save_baseline(samples: Samples, path: Path) -> None:
@@ -62,7 +65,15 @@ def save_baseline(samples: Samples, path: Path) -> None:
                        for i, src in enumerate(runs)]
     else:
         doc.update(nodes(medians))
+    if samples.work is not None:  # what each node does (analyzer.gate.workdiff)
+        doc["node_work"] = {r[0]: [r[1], *(_count(v) for v in r[2:])]
+                            for r in samples.work.iter_rows()}
     atomic_write(path, (json.dumps(doc, indent=0, allow_nan=False) + "\n").encode())
+
+
+def _count(v: float | None) -> float | int | None:
+    """A count as JSON writes it shortest (1 rather than 1.0)."""
+    return int(v) if v is not None and float(v).is_integer() else v
 
 
 class _Bad(Exception):
@@ -105,6 +116,31 @@ def _node_medians(medians: Any, where: str, op_types: Any = None
             for k, v in medians.items()]
 
 
+def _work(work: Any) -> pl.DataFrame | None:
+    """node_work: name -> [op type, executions, output bytes, input bytes, float ops,
+    parameters] (null where the source did not hold it); None when absent (saved before
+    work was kept: compare then judges without it)."""
+    if work is None:
+        return None
+    if not isinstance(work, dict):
+        raise _Bad("node_work must be an object of node name -> work facts")
+    rows = []
+    for name, facts in work.items():
+        where = f"node_work[{name!r:.40}]"
+        if not isinstance(facts, list) or len(facts) != len(WORK_FIELDS):
+            raise _Bad(f"{where} must be a list of {len(WORK_FIELDS)} values "
+                       f"({', '.join(WORK_FIELDS)})")
+        op, numbers = facts[0], facts[1:]
+        if op is not None:
+            _string(op, f"{where}[0]")
+        for j, v in enumerate(numbers, 1):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or not 0 <= v <= MAX_WORK):
+                raise _Bad(f"{where}[{j}] = {v!r:.40} is not a count (0..{MAX_WORK:g})")
+        rows.append((name, op, *(None if v is None else float(v) for v in numbers)))
+    return pl.DataFrame(rows, schema=WORK_SCHEMA, orient="row")
+
+
 def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[Any]]:
     """Schema 2: the runs' sources and node medians; every sample id names one run."""
     runs = doc.get("runs")
@@ -130,7 +166,7 @@ def _runs(doc: dict[str, Any], ids: list[str]) -> tuple[list[str], list[Any]]:
 
 
 def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
-                                 int, dict[str, Any]]:
+                                 int, dict[str, Any], pl.DataFrame | None]:
     if not isinstance(doc, dict) or doc.get("format") != BASELINE_KIND:
         raise _Bad("not a runlens baseline (save one with `analyze baseline save RUN -o FILE`)")
     schema = doc.get("schema")
@@ -177,12 +213,13 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
                  for j, v in enumerate(values)]
     if ("step", "step time") not in seen:
         raise _Bad("no step time metric")
+    work = _work(doc.get("node_work"))
     if schema == MULTI_RUN_SCHEMA:
         sources, medians = _runs(doc, ids)
-        return rows, medians, depth, {**meta, "runs": sources}
+        return rows, medians, depth, {**meta, "runs": sources}, work
     one_run = {k: v for k, v in meta.items() if k != "runs"}  # "runs" means schema 2
     return rows, _node_medians(doc.get("node_medians_us", {}), "node_medians_us",
-                               doc.get("node_op_types")), depth, one_run
+                               doc.get("node_op_types")), depth, one_run, work
 
 
 def load_baseline(path: Path) -> Samples:
@@ -201,7 +238,7 @@ def load_baseline(path: Path) -> Samples:
     except ValueError as e:
         raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
     try:
-        rows, medians, depth, meta = _validate(doc)
+        rows, medians, depth, meta, work = _validate(doc)
     except _Bad as e:
         raise InputFileError(f"{path}: invalid baseline: {e}") from None
     long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
@@ -213,4 +250,4 @@ def load_baseline(path: Path) -> Samples:
     nm = pl.DataFrame(medians, schema=columns, orient="row")
     if nm["op_type"].null_count() == nm.height:  # a baseline saved before op types
         nm = nm.drop("op_type")
-    return Samples(str(path), long, nm, depth, meta)
+    return Samples(str(path), long, nm, depth, meta, work)

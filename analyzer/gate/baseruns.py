@@ -96,7 +96,10 @@ def merge_runs(parts: list[Samples]) -> Samples:
     meta = {**first.meta, "runs": sources,
             "steps": sum(int(p.meta.get("steps", 0) or 0) for p in parts)}
     source = f"{len(sources)} runs ({', '.join(sources)})"
-    return Samples(source, pl.concat(samples), pl.concat(medians), first.scope_depth, meta)
+    # the runs' work: the first run that recorded it (runs of one commit do the same work)
+    work = next((p.work for p in parts if p.work is not None), None)
+    return Samples(source, pl.concat(samples), pl.concat(medians), first.scope_depth, meta,
+                   work)
 
 
 def pooled_node_medians(s: Samples) -> pl.DataFrame:
@@ -126,7 +129,7 @@ def normalize_runs(base: Samples) -> tuple[Samples, list[float]]:
                                                         return_dtype=pl.Float64)
     scaled = base.samples.with_columns(value_us=pl.col("value_us") / factor)
     return Samples(base.source, scaled, ref.node_medians, base.scope_depth,
-                   base.meta), factors
+                   base.meta, base.work), factors
 
 
 def run_spread(b: np.ndarray, runs: np.ndarray) -> np.ndarray:

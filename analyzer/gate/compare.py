@@ -45,6 +45,8 @@ from .machinefactor import (
 )
 from .samples import OP_TIME, STEP_TIME, Samples, drop_samples, reduce_run, warmup_steps
 from .significance import MIN_STEPS, Tests, significance
+from .verdicts import judge
+from .workdiff import work_diff
 
 __all__ = ["BASELINE_KIND", "BASELINE_SCHEMA", "FACTOR_MIN_NODES", "FACTOR_MIN_US",
            "FACTOR_OUTLIER", "MIN_STEPS", "NOISE_FLOOR", "NOISE_FLOOR_US", "OP_FLOORS",
@@ -59,8 +61,8 @@ __all__ = ["BASELINE_KIND", "BASELINE_SCHEMA", "FACTOR_MIN_NODES", "FACTOR_MIN_U
 # over the run's steps (+ 5 us), before any sum. A regression makes a node slower in every
 # step, which moves its median, so it is not capped (docs/ci.md).
 SPIKE_CAP: float | None = 1.5
-VERDICT_ORDER = {"regression": 0, "improvement": 1, "new": 2, "vanished": 3, "unchanged": 4,
-             "below-floor": 5}
+VERDICT_ORDER = {"regression": 0, "watch": 1, "improvement": 2, "new": 3, "vanished": 4,
+                 "unchanged": 5, "below-floor": 6}
 KIND_ORDER = {"scope": 0, "step": 1, "op": 2}  # the specific scope first (docs/ci.md)
 
 
@@ -100,10 +102,17 @@ class Comparison:
     outliers: dict[str, list[str]] = field(default_factory=dict)  # side -> flagged, kept
     base_runs: int = 1  # runs in the base; >= 2: floors from their spread (baseruns)
     run_factors: list[float] = field(default_factory=list)  # each base run's machine factor
+    new_runs: int = 1  # processes pooled on the new side
 
     @property
     def regressions(self) -> pl.DataFrame:
         return self.rows.filter(pl.col("verdict") == "regression")
+
+    @property
+    def watches(self) -> pl.DataFrame:
+        """Lines flagged by the statistics whose work did not change, at one process a
+        side: not failing the build, to be judged with more processes."""
+        return self.rows.filter(pl.col("verdict") == "watch")
 
 
 @dataclass
@@ -116,6 +125,7 @@ class Prepared:
     outliers: dict[str, list[str]]
     k_runs: int
     run_factors: list[float]
+    new_runs: int
 
 
 @dataclass
@@ -133,6 +143,8 @@ class Aligned:
     b_runs: np.ndarray  # the base run of each column of b
     metric_factor: np.ndarray
     peers: np.ndarray  # share of a scope's time divided by its peers' speed
+    factor_own: np.ndarray  # the metric's own nodes its size classes divided (0: none)
+    factor_peers: np.ndarray  # peer nodes that set the speed of a scope's nodes
 
     def __post_init__(self) -> None:
         nb, nn, k = self.b.shape[1], self.n.shape[1], len(self.keys)
@@ -187,18 +199,23 @@ def prepare(base: Samples, new: Samples, keep_outliers: bool, normalize: bool,
     if caps["base"] != caps["new"]:
         warnings.append(f"contention spikes capped differently (base {caps['base']}, new "
                         f"{caps['new']}): re-save the baseline with this version")
+    for side, s in (("base", base), ("new", new)):
+        if s.work is None or not s.work.height:
+            warnings.append(f"{side}: the nodes' work is not recorded (a baseline saved "
+                            "before runlens kept it, or a profile whose kernels are not "
+                            "attributed to ops): no line can be judged by a change in work")
     base, new, excluded, outliers = _outliers(base, new, keep_outliers)
-    k_runs = n_runs(base)
-    if n_runs(new) >= 2:  # several new runs are pooled as they are
+    k_runs, new_runs = n_runs(base), n_runs(new)
+    if new_runs >= 2:  # several new runs are pooled as they are
         new = Samples(new.source, new.samples, pooled_node_medians(new), new.scope_depth,
-                      new.meta)
+                      new.meta, new.work)
     run_factors: list[float] = []
     if k_runs >= 2 and normalize:
         base, run_factors = normalize_runs(base)
     for side, steps in excluded.items():
         warnings.append(f"{side}: left out {len(steps)} warm-up/outlier step(s) "
                         f"({', '.join(steps)}); --keep-outliers keeps them")
-    return Prepared(base, new, excluded, outliers, k_runs, run_factors)
+    return Prepared(base, new, excluded, outliers, k_runs, run_factors, new_runs)
 
 
 def normalize_stage(base: Samples, new: Samples, kinds: list[str], normalize: bool,
@@ -218,13 +235,14 @@ def normalize_stage(base: Samples, new: Samples, kinds: list[str], normalize: bo
             n[r] = nmx[ni[k]]
     runs = pl.DataFrame({"sample": base_cols}, schema={"sample": pl.String}).select(
         run_index(pl.col("sample")))
-    metric_factor, peers = np.ones(len(keys)), np.ones(len(keys))
+    ones, zeros = np.ones(len(keys)), np.zeros(len(keys))
+    metric_factor, peers, own, peer_nodes = ones, ones, zeros, zeros
     if normalize:
-        metric_factor, peers = metric_factors(keys, base.node_medians, new.node_medians,
-                                              factor)
+        metric_factor, peers, own, peer_nodes = metric_factors(
+            keys, base.node_medians, new.node_medians, factor, detail=True)
     return Aligned(keys, b, n, n / metric_factor[:, None], np.array([k in bi for k in keys]),
                    np.array([k in ni for k in keys]), runs.to_series().to_numpy(),
-                   metric_factor, peers)
+                   metric_factor, peers, own, peer_nodes)
 
 
 def verdict_stage(a: Aligned, fl: Floors, t: Tests, threshold_pct: float,
@@ -255,17 +273,32 @@ def _pct(a: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(c > 0, (a - c) / np.where(c > 0, c, 1) * 100, np.nan)
 
 
-def rows_stage(a: Aligned, fl: Floors, t: Tests, verdicts: list[str],
-               k_runs: int) -> pl.DataFrame:
-    """One row per metric: medians, changes, effect with interval, p-values, floor and
-    verdict (the columns the renderers and docs/ci.md name)."""
+def _factor_labels(a: Aligned, factor_nodes: int, normalize: bool) -> list[str]:
+    """Where each metric's machine factor came from, as the report says it."""
+    if not normalize:
+        return ["not normalized (--no-normalize)"] * len(a.keys)
+    wide = f"machine-wide, median over {factor_nodes} nodes"
+    return [f"{int(pn)} peer nodes (same op type and size, outside it; {pe:.0%} of its time)"
+            if k[0] == "scope" and pe >= PEERS_ENOUGH and pn > 0
+            else f"size classes of its {int(own)} node(s)" if own > 0 and k[0] != "step"
+            else f"size classes of all {int(own)} nodes" if own > 0 else wide
+            for k, pe, pn, own in zip(a.keys, a.peers, a.factor_peers, a.factor_own,
+                                      strict=True)]
+
+
+def rows_stage(a: Aligned, fl: Floors, t: Tests, verdicts: list[str], k_runs: int,
+               factor_labels: list[str]) -> pl.DataFrame:
+    """One row per metric: medians, changes, the factor its new side was divided by and
+    where it came from, effect with interval, p-values, floor and the statistical verdict
+    (the columns the renderers and docs/ci.md name)."""
     nb, nn = a.b.shape[1], a.n.shape[1]
     rows = pl.DataFrame({
         "kind": [k[0] for k in a.keys], "name": [k[1] for k in a.keys],
         "base_median_us": a.base_med, "new_median_us": a.new_med,
         "base_p90_us": np.quantile(a.b, 0.9, axis=1, method="nearest") if nb else np.nan,
         "new_p90_us": np.quantile(a.n_raw, 0.9, axis=1, method="nearest") if nn else np.nan,
-        "norm_median_us": a.norm_med,
+        "norm_median_us": a.norm_med, "factor": a.metric_factor,
+        "factor_from": factor_labels,
         "change_pct": _pct(a.new_med, a.base_med),
         "norm_change_pct": _pct(a.norm_med, a.base_med),
         "effect_pct": (t.ratio - 1) * 100, "effect_low_pct": (t.r_low - 1) * 100,
@@ -276,7 +309,7 @@ def rows_stage(a: Aligned, fl: Floors, t: Tests, verdicts: list[str],
         "floor_from": fl.labels(k_runs),
         "run_spread_pct": (fl.spread - 1) * 100,
         "share_pct": a.share * 100, "n_base": [nb] * len(a.keys),
-        "n_new": [nn] * len(a.keys), "verdict": verdicts,
+        "n_new": [nn] * len(a.keys), "significant": t.sig_up, "verdict": verdicts,
     }, strict=False).with_columns(
         pl.col(c).fill_nan(None) for c in ("run_spread_pct", "change_pct", "norm_change_pct",
                                            "effect_pct", "effect_low_pct", "effect_high_pct",
@@ -328,12 +361,15 @@ def compare(base: Samples, new: Samples, threshold_pct: float = 0.0, alpha: floa
                                                                 strict=True)])
     family &= a.present_b & a.present_n
     t = significance(a.b, a.n, a.is_step, family, a.base_med, a.norm_med, alpha, warnings)
-    rows = rows_stage(a, fl, t, verdict_stage(a, fl, t, threshold_pct, normalize), p.k_runs)
+    rows = rows_stage(a, fl, t, verdict_stage(a, fl, t, threshold_pct, normalize), p.k_runs,
+                      _factor_labels(a, factor_nodes, normalize))
+    rows = judge(rows, work_diff(p.base.work, p.new.work, p.base.scope_depth),
+                 min(p.k_runs, p.new_runs), threshold_pct, t.testable, normalize)
     if by != "all" and "step" not in kinds:
         rows = rows.filter(pl.col("kind") != "step")
     return Comparison(order_rows(rows), factor, factor_nodes, t.method, threshold_pct, alpha,
                       warnings, p.base.source, p.new.source, p.excluded, p.outliers,
-                      p.k_runs, p.run_factors)
+                      p.k_runs, p.run_factors, p.new_runs)
 
 
 def _mark_explained(rows: pl.DataFrame) -> pl.DataFrame:

@@ -107,16 +107,20 @@ def _at_speed(b: np.ndarray, new: np.ndarray, classes: tuple[np.ndarray, np.ndar
 
 
 def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
-                   new_nm: pl.DataFrame, fallback: float) -> tuple[np.ndarray, np.ndarray]:
+                   new_nm: pl.DataFrame, fallback: float, detail: bool = False
+                   ) -> tuple[np.ndarray, ...]:
     """One factor per (kind, name) metric from the classes of the nodes timed in both runs
     (a scope's nodes by their peers where they have them, LEAVE_OUT): scope, the nodes
     under it; op type, its nodes when both sides know node op types (else as op time);
     op time, every node.
     Step time, and every metric when BY_SIZE is off or nodes are too few: `fallback`
     (the machine-wide factor). Second array: the share of each scope's new time whose
-    factor came from its peers (other nodes of the same kernel and size; 0 elsewhere)."""
+    factor came from its peers (other nodes of the same kernel and size; 0 elsewhere).
+    With `detail`, two more: how many of the metric's own nodes the classes divided
+    (0: the fallback), and how many peer nodes set the speed of the rest."""
     out = np.full(len(keys), fallback, dtype=float)
     no_peers = np.zeros(len(keys))
+    none = (np.zeros(len(keys)), np.zeros(len(keys))) if detail else ()
     by_op = "op_type" in base_nm.columns and "op_type" in new_nm.columns
     nodes = (new_nm.select(["name", "median_us"] + (["op_type"] if by_op else []))
              .rename({"median_us": "new_us"})
@@ -124,11 +128,11 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
              .filter((pl.col("base_us") >= MIN_US) & (pl.col("new_us") >= MIN_US))
              .sort("base_us", "name"))
     if not BY_SIZE or nodes.height < BIN_MIN_NODES:
-        return out, no_peers
+        return (out, no_peers, *none)
     b, new = nodes["base_us"].to_numpy(), nodes["new_us"].to_numpy()
     every = class_factors(b, new / b)
     if LEAVE_OUT == "merged":
-        return _left_out_factors(keys, nodes, every, fallback, by_op), no_peers
+        return (_left_out_factors(keys, nodes, every, fallback, by_op), no_peers, *none)
     uppers, factors = every  # type: ignore[misc]  # not None: enough nodes (above)
     cls = np.minimum(np.searchsorted(uppers, b, side="right"), len(uppers) - 1)
     # Each node's new median and what it would be at its class's base speed; a metric's
@@ -148,18 +152,22 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
               .select(kind=pl.lit("scope"),
                       metric=pl.col("name").str.split("/").list.head(pl.col("level"))
                       .list.join("/"), name="name", group="group", new_us="new_us",
-                      at_base="at_base", peer_us=pl.lit(0.0)))
+                      at_base="at_base", peer_us=pl.lit(0.0), peer_n=pl.lit(0)))
     if by_peers:
         scopes = _scopes_left_out(scopes, nodes)
-    scopes = scopes.select("kind", "metric", "new_us", "at_base", "peer_us")
-    groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"),
-                                   new_us="new_us", at_base="at_base", peer_us=pl.lit(0.0))]
+    scopes = scopes.select("kind", "metric", "group", "new_us", "at_base", "peer_us",
+                           "peer_n")
+    plain: dict[str, pl.Expr] = {
+        "group": pl.lit(None, scopes.schema["group"]), "new_us": pl.col("new_us"),
+        "at_base": pl.col("at_base"), "peer_us": pl.lit(0.0), "peer_n": pl.lit(0)}
+    groups = [scopes, nodes.select(kind=pl.lit("step"), metric=pl.lit("op time"), **plain)]
     if by_op:
-        groups.append(nodes.select(kind=pl.lit("op"), metric="op_type", new_us="new_us",
-                                   at_base="at_base", peer_us=pl.lit(0.0)))
-    sums = (pl.concat(groups).group_by("kind", "metric")
+        groups.append(nodes.select(kind=pl.lit("op"), metric="op_type", **plain))
+    sums = (pl.concat(groups, how="vertical_relaxed").group_by("kind", "metric")
             .agg(f=pl.col("new_us").sum() / pl.col("at_base").sum(),
-                 peers=pl.col("peer_us").sum() / pl.col("new_us").sum()))
+                 peers=pl.col("peer_us").sum() / pl.col("new_us").sum(), own=pl.len(),
+                 peer_nodes=pl.struct("group", "peer_n").unique().struct.field("peer_n")
+                 .sum()))
     wanted = pl.DataFrame({"kind": [k for k, _ in keys], "metric": [n for _, n in keys]},
                           schema={"kind": pl.String, "metric": pl.String})
     if not by_op:  # op types without node op types: op time's factor
@@ -170,7 +178,11 @@ def metric_factors(keys: list[tuple[str, str]], base_nm: pl.DataFrame,
     found = wanted.join(sums, on=["kind", "metric"], how="left", maintain_order="left")
     got = found["f"].to_numpy().astype(float)
     peers = np.nan_to_num(found["peers"].to_numpy().astype(float))
-    return np.where(np.isfinite(got) & (got > 0), got, fallback), peers
+    factors = np.where(np.isfinite(got) & (got > 0), got, fallback)
+    if not detail:
+        return factors, peers
+    own = np.where(np.isfinite(got) & (got > 0), found["own"].fill_null(0).to_numpy(), 0)
+    return factors, peers, own, found["peer_nodes"].fill_null(0).to_numpy()
 
 
 def _scopes_left_out(scopes: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -184,19 +196,20 @@ def _scopes_left_out(scopes: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
                .filter(pl.col("every") - pl.col("inside") >= LEAVE_OUT_MIN))
     others = (touched.select(keys).join(nodes.select("group", "name", "ratio"), on="group")
               .join(scopes.select("metric", "name"), on=["metric", "name"], how="anti"))
-    first = others.group_by(keys).agg(first=pl.col("ratio").median())
+    first = others.group_by(keys).agg(first=pl.col("ratio").median(), k=pl.len())
     near = pl.col("ratio") / pl.col("first")
     steady = (others.join(first, on=keys)
               .filter((near >= 1 / BIN_OUTLIER) & (near <= BIN_OUTLIER))
               .group_by(keys).agg(steady=pl.col("ratio").median(), n=pl.len()))
     factor = first.join(steady, on=keys, how="left").select(
-        *keys, f=pl.when(pl.col("n") >= BIN_MIN_NODES // 2).then("steady")
+        *keys, "k", f=pl.when(pl.col("n") >= BIN_MIN_NODES // 2).then("steady")
         .otherwise("first"))
     peer = pl.col("f").is_not_null()
     return (scopes.join(factor, on=keys, how="left")
             .with_columns(at_base=pl.when(peer).then(pl.col("new_us") / pl.col("f"))
                           .otherwise("at_base"),
-                          peer_us=pl.when(peer).then("new_us").otherwise(0.0)))
+                          peer_us=pl.when(peer).then("new_us").otherwise(0.0),
+                          peer_n=pl.when(peer).then("k").otherwise(0)))
 
 
 def _left_out_factors(keys: list[tuple[str, str]], nodes: pl.DataFrame,

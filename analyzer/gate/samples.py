@@ -14,12 +14,14 @@ from typing import Any
 
 import polars as pl
 
+from ..analysis.nodestats import exact_times, execution_us
 from ..analysis.steps import step_times
 from ..analysis.warmup import flag_steps
 from ..model import Run
+from .names import TIMED_LANES, folded, node_key, op_key
+from .workdiff import work_from_run
 
 STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics
-TIMED_LANES = ("device", "stream_all")  # tfprof's cpu and accelerator lanes
 CAP_SLACK_US = 5.0  # a capped node may still take this much above SPIKE_CAP x its median
 
 
@@ -32,14 +34,13 @@ class Samples:
     node_medians: pl.DataFrame  # name, median_us[, op_type] (every timed node: the factors)
     scope_depth: int = 3
     meta: dict[str, Any] = field(default_factory=dict)
+    # What each node does per step (analyzer.gate.workdiff); None: not recorded (a
+    # baseline saved before work was kept, or samples made by hand)
+    work: pl.DataFrame | None = None
 
     @property
     def n_samples(self) -> int:
         return self.samples.filter(pl.col("name") == STEP_TIME).height
-
-
-def _exec_us() -> pl.Expr:
-    return pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
 
 
 def reduce_run(run: Run, source: str, scope_depth: int, spike_cap: float | None) -> Samples:
@@ -47,15 +48,22 @@ def reduce_run(run: Run, source: str, scope_depth: int, spike_cap: float | None)
 
     Op time, op types and scopes are sums of per-node step times capped at `spike_cap` x
     the node's median step time (+ CAP_SLACK_US; contention spikes, docs/ci.md); step time
-    is the wall span, as is.
+    is the wall span, as is. Nodes and op types are keyed by analyzer.gate.names (no XLA
+    fusion numbers); each node's time is its executions' time on the lanes the views
+    count (tfprof's rules, analyzer.analysis.nodestats), so compare's numbers are the
+    views' numbers per step. The run's work (analyzer.gate.workdiff) comes along.
     """
     n = run.nodes.filter((pl.col("all_start_us") > 0)
                          & pl.col("lane_kind").is_in(TIMED_LANES))
-    n = n.with_columns(us=_exec_us().cast(pl.Float64),
+    n = n.with_columns(us=execution_us(exact_times(run)).cast(pl.Float64),
+                       node_name=node_key(), op_type=op_key(),
                        sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")))
-    # One row per node and step: its time in that step, capped (see SPIKE_CAP).
+    n = folded(n, "node_name")
+    # One row per node, op type and step: its time in that step, capped (see SPIKE_CAP)
+    # against its own median: every kernel of an unattributed accelerator profile is
+    # one node name, and the median of them all would cap each one (issue 23).
     n = (n.group_by("node_name", "op_type", "sample").agg(us=pl.col("us").sum())
-         .with_columns(median_us=pl.col("us").median().over("node_name")))
+         .with_columns(median_us=pl.col("us").median().over("node_name", "op_type")))
     if spike_cap is not None:
         n = n.with_columns(us=pl.min_horizontal(
             "us", pl.col("median_us") * spike_cap + CAP_SLACK_US))
@@ -78,13 +86,14 @@ def reduce_run(run: Run, source: str, scope_depth: int, spike_cap: float | None)
         .group_by("name", "sample").agg(value_us=pl.col("us").sum())
         .select(kind=pl.lit("scope"), name="name", sample="sample", value_us="value_us")
     )
-    node_medians = (n.group_by("node_name").agg(median_us=pl.col("median_us").first(),
-                                                op_type=pl.col("op_type").first())
+    node_medians = (n.unique(["node_name", "op_type"]).group_by("node_name")
+                    .agg(median_us=pl.col("median_us").sum(), op_type=pl.col("op_type").first())
                     .rename({"node_name": "name"}).sort("name"))
     long = _fill_missing(pl.concat([steps, op_time, ops, scopes]))
 
     return Samples(source, long, node_medians, scope_depth,
-                   {"steps": len(run.steps), "workers": run.workers, "spike_cap": spike_cap})
+                   {"steps": len(run.steps), "workers": run.workers, "spike_cap": spike_cap},
+                   work_from_run(run))
 
 
 def _fill_missing(long: pl.DataFrame) -> pl.DataFrame:
@@ -113,4 +122,4 @@ def warmup_steps(s: Samples) -> pl.DataFrame:
 
 def drop_samples(s: Samples, samples: list[str]) -> Samples:
     return Samples(s.source, s.samples.filter(~pl.col("sample").is_in(samples)),
-                   s.node_medians, s.scope_depth, s.meta)
+                   s.node_medians, s.scope_depth, s.meta, s.work)

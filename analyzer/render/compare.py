@@ -1,11 +1,13 @@
 """Render a Comparison: text for people, JSON (schema 2), Markdown for a pull request
 comment, JUnit XML (one test case per compared metric) for CI test reporters.
 
-Every regression and improvement is one line a reviewer can read on its own:
-    block3/mlp: 92us -> 926us (+900%, 95% CI +878..+956%), p = 8.3e-17 (exact Mann-Whitney
-    U, Benjamini-Hochberg)
-The change is the Hodges-Lehmann estimate after dividing out the machine-wide factor,
-which is what the verdict uses. JSON never holds NaN or Infinity (null instead).
+Every regression, WATCH line and improvement is a line a reviewer can check on its own
+(docs/ci.md "Reading a report"): the raw medians and their raw change; the normalized
+median and change, labelled with the factor and where it came from (raw new median /
+factor = normalized median); the Hodges-Lehmann effect with its interval, p and method,
+which the verdict uses; the floor; its share of op time's change; then what changed in its
+work and the rule that judged it. JSON carries the same numbers (never NaN or Infinity:
+null instead).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from ..gate.compare import Comparison
+from ..gate.workdiff import DIFF_SCHEMA, work_note
 from ..units import fmt_us, p_value3
 
 SCHEMA = 2
 KIND_LABEL = {"step": "step", "op": "op type", "scope": "scope"}
-MOVED = ("regression", "improvement", "new", "vanished")
-HEADINGS = {"regression": "REGRESSIONS", "improvement": "IMPROVEMENTS", "new": "NEW",
-            "vanished": "VANISHED"}
+MOVED = ("regression", "watch", "improvement", "new", "vanished")
+HEADINGS = {"regression": "REGRESSIONS", "watch": "WATCH (same work, not failing the build)",
+            "improvement": "IMPROVEMENTS", "new": "NEW", "vanished": "VANISHED"}
+WORK_FIELDS = [c for c in DIFF_SCHEMA if c not in ("kind", "name")]
 
 
 def _num(value: Any, digits: int = 1) -> Any:
@@ -43,8 +47,10 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
             "kind": r["kind"], "name": r["name"], "verdict": r["verdict"],
             "base_median_us": _num(r["base_median_us"]), "new_median_us": _num(r["new_median_us"]),
             "base_p90_us": _num(r["base_p90_us"]), "new_p90_us": _num(r["new_p90_us"]),
-            "change_pct": _num(r["change_pct"]),
+            "change_pct": _num(r["change_pct"]), "raw_change_pct": _num(r["change_pct"]),
+            "normalized_median_us": _num(r.get("norm_median_us")),
             "normalized_change_pct": _num(r["norm_change_pct"]),
+            "factor": _num(r.get("factor"), 4), "factor_from": r.get("factor_from"),
             "effect_pct": _num(r["effect_pct"]),
             "effect_ci95_pct": [_num(r["effect_low_pct"]), _num(r["effect_high_pct"])],
             "floor_pct": _num(r["floor_pct"]), "floor_from": r.get("floor_from"),
@@ -53,6 +59,10 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
             "p_raw": p_value3(r["p_less"] if down else r["p_greater"]),
             "p_adjustment": p_kind,
             "n_base": r["n_base"], "n_new": r["n_new"],
+            "contribution_pct": _num(r.get("contribution_pct")),
+            "rule": r.get("rule"), "work": work_note(r), "explained": r.get("explained"),
+            "work_diff": {k: _num(r.get(k), 0) if isinstance(r.get(k), float) else r.get(k)
+                          for k in WORK_FIELDS},
         })
     return out
 
@@ -62,8 +72,8 @@ def _header(c: Comparison) -> dict[str, Any]:
         "base": c.base, "new": c.new, "method": c.method, "alpha": c.alpha,
         "threshold_pct": c.threshold_pct, "machine_factor": _num(c.factor, 4),
         "machine_factor_nodes": c.factor_nodes, "base_runs": c.base_runs,
-        "base_run_factors": [_num(f, 4) for f in c.run_factors],
-        "regressions": c.regressions.height,
+        "new_runs": c.new_runs, "base_run_factors": [_num(f, 4) for f in c.run_factors],
+        "regressions": c.regressions.height, "watches": c.watches.height,
         "steps_left_out": c.excluded, "outlier_steps_kept": c.outliers,
         "warnings": c.warnings,
     }
@@ -102,25 +112,78 @@ def floor_text(r: dict[str, Any]) -> str:
     return f"floor {r['floor_pct']:.0f}%{joint}{source}"
 
 
+def numbers(r: dict[str, Any]) -> str:
+    """'raw 195us -> 2.77ms (+1320%); normalized 2.71ms (+1290%, factor 1.020 from 12 peer
+    nodes ...)': the medians a reader can redo the arithmetic of."""
+    raw = (f"raw {_fmt(r['base_median_us'])} -> {_fmt(r['new_median_us'])} "
+           f"({_pct(r['raw_change_pct'])})")
+    if r.get("factor") is None or r["verdict"] in ("new", "vanished"):
+        return raw
+    return (f"{raw}; normalized {_fmt(r['normalized_median_us'])} "
+            f"({_pct(r['normalized_change_pct'])}, factor {r['factor']:.3f} from "
+            f"{r['factor_from']})")
+
+
 def verdict_line(r: dict[str, Any], method: str) -> str:
-    """The one line a reviewer reads: name, medians, change with CI, p, method, floor."""
+    """The one line a reviewer reads: name, raw and normalized medians with the factor,
+    the effect with CI, p, method, floor and its share of op time's change."""
     p = "" if r["p_value"] is None else f", p = {r['p_value']:.2g}"
     how = "" if r["p_value"] is None else f" ({method.split(' (')[0]}, {r['p_adjustment']})"
     floor = floor_text(r)
-    return (f"{r['name']}: {_fmt(r['base_median_us'])} -> {_fmt(r['new_median_us'])} "
-            f"({effect(r)}){p}{how}{'; ' + floor if floor else ''}")
+    share = r.get("contribution_pct")
+    part = ("" if share is None or r["kind"] == "step" or r["verdict"] not in MOVED[:2]
+            else f"; {share:.0f}% of op time's change")
+    return (f"{r['name']}: {numbers(r)}; effect {effect(r)}{p}{how}"
+            f"{'; ' + floor if floor else ''}{part}")
+
+
+def full_line(r: dict[str, Any], method: str, sep: str = "; ") -> str:
+    """verdict_line, then what changed in the work and the rule that judged the line."""
+    out = [verdict_line(r, method), f"work: {r['work']}"]
+    if r.get("rule"):
+        out.append(f"rule: {r['rule']}")
+    return sep.join(out)
+
+
+def _step_header(recs: list[dict[str, Any]], c: Comparison) -> list[str]:
+    """Step time and op time as a reader checks them, and which one the gate judges."""
+    lines = []
+    for name, what in (("step time", "wall span of each step; on XSpace the step marker's "
+                        "host span"),
+                       ("op time", "the ops' own time per step, device kernels on "
+                        "accelerators")):
+        r = next((x for x in recs if x["kind"] == "step" and x["name"] == name), None)
+        if r:
+            lines.append(f"{name} ({what}): {numbers(r)}; effect {effect(r)}; p90 raw "
+                         f"{_fmt(r['base_p90_us'])} -> {_fmt(r['new_p90_us'])}")
+    wall = next((x for x in recs if x["kind"] == "step" and x["name"] == "step time"), None)
+    shared = wall is not None and "op time decides" in (wall.get("rule") or "")
+    lines.append("step level: " + ("op time judges the step (the wall span moves with "
+                                   "contention on a shared machine)" if shared else
+                                   "step time and op time judge the step (not normalized)"))
+    step = next((x for x in recs if x["kind"] == "step" and x["name"] == "op time"), None)
+    if step:
+        lines.append(f"work of the step: {step['work']}")
+    return lines
+
+
+def _what_moved(recs: list[dict[str, Any]]) -> str | None:
+    """The scopes that made the step slower, by their share of op time's change."""
+    moved = [r for r in recs if r["kind"] == "scope" and r["verdict"] in MOVED[:2]
+             and (r.get("contribution_pct") or 0) > 0 and not r.get("explained")]
+    moved.sort(key=lambda r: -(r["contribution_pct"] or 0))
+    if not moved:
+        return None
+    return "what made the step slower: " + ", ".join(
+        f"{r['name']} {r['contribution_pct']:.0f}%" for r in moved[:3]) + \
+        " of op time's change"
 
 
 def compare_text(c: Comparison) -> str:
     recs = _records(c)
-    step = next((r for r in recs if r["kind"] == "step" and r["name"] == "step time"), None)
-    lines = [f"base {c.base}  vs  new {c.new}"]
-    if step:
-        lines.append(f"step time: median {_fmt(step['base_median_us'])} -> "
-                     f"{_fmt(step['new_median_us'])} ({effect(step)} normalized), p90 "
-                     f"{_fmt(step['base_p90_us'])} -> {_fmt(step['new_p90_us'])}")
+    lines = [f"base {c.base}  vs  new {c.new}", *_step_header(recs, c)]
     lines.append(f"machine-wide factor {c.factor:.3f} (median over {c.factor_nodes} nodes; "
-                 "divided out before judging)")
+                 "each metric's own factor is on its line)")
     if c.base_runs >= 2:
         lines.append(f"base: {c.base_runs} runs (machine factors "
                      f"{', '.join(f'{f:.3f}' for f in c.run_factors) or 'not divided out'}); "
@@ -128,6 +191,8 @@ def compare_text(c: Comparison) -> str:
     floors = "by share of step" if c.base_runs < 2 else f"from {c.base_runs} base runs"
     lines.append(f"test: {c.method}, alpha {c.alpha}; effect-size floors {floors}"
                  + (f", threshold {c.threshold_pct:g}%" if c.threshold_pct else ""))
+    lines.append(f"processes: {c.base_runs} base, {c.new_runs} new; verdicts by evidence "
+                 "(docs/ci.md): work changed -> regression when +20% or more")
     for side, steps in c.outliers.items():
         if steps:
             lines.append(f"{side}: outlier steps kept in the test: {', '.join(steps)}")
@@ -136,6 +201,9 @@ def compare_text(c: Comparison) -> str:
     moved = [r for r in recs if r["verdict"] in MOVED]
     if not moved:
         lines.append("no significant change above the effect-size floors")
+    first = _what_moved(recs)
+    if first:
+        lines.append(first)
     for verdict in MOVED:
         group = [r for r in moved if r["verdict"] == verdict]
         if not group:
@@ -143,12 +211,14 @@ def compare_text(c: Comparison) -> str:
         lines.append("")
         lines.append(f"{HEADINGS[verdict]} ({len(group)})")
         for r in group[:25]:
-            lines.append(f"  {KIND_LABEL[r['kind']]:<8} {verdict_line(r, c.method)}")
+            text = full_line(r, c.method, "\n" + " " * 11)
+            lines.append(f"  {KIND_LABEL[r['kind']]:<8} {text}")
         if len(group) > 25:
             lines.append(f"  ... {len(group) - 25} more")
     lines.append("")
+    watch = f", {c.watches.height} WATCH line(s)" if c.watches.height else ""
     lines.append(f"result: {'REGRESSION' if c.regressions.height else 'OK'} "
-                 f"({c.regressions.height} regression(s))")
+                 f"({c.regressions.height} regression(s){watch})")
     return "\n".join(lines) + "\n"
 
 
@@ -158,27 +228,35 @@ def compare_markdown(c: Comparison) -> str:
     step = next((r for r in recs if r["kind"] == "step" and r["name"] == "step time"), None)
     out = [f"### runlens: {status}", ""]
     if step:
-        out.append(f"Step time (median): **{_fmt(step['base_median_us'])} → "
-                   f"{_fmt(step['new_median_us'])}** ({effect(step)} normalized)")
+        out.append(f"Step time (median, wall span): **{_fmt(step['base_median_us'])} → "
+                   f"{_fmt(step['new_median_us'])}** raw ({_pct(step['raw_change_pct'])}); "
+                   f"effect {effect(step)} normalized")
         out.append("")
-    out.append(f"{c.method}, α = {c.alpha}, machine-wide factor {c.factor:.3f} divided out.")
+    out.append(f"{c.method}, α = {c.alpha}, machine-wide factor {c.factor:.3f}; "
+               f"{c.base_runs} base and {c.new_runs} new process(es); verdicts by evidence "
+               "(work diff).")
     for w in c.warnings:
         out.append(f"> ⚠️ {w}")
     moved = [r for r in recs if r["verdict"] in MOVED]
     if moved:
-        out += ["", "| | kind | name | base | new | change (95% CI) | p |",
-                "|---|---|---|---|---|---|---|"]
-        icon = {"regression": "🔺", "improvement": "🔻", "new": "🆕", "vanished": "➖"}
+        out += ["", "| | kind | name | base (raw) | new (raw) | normalized (factor) | "
+                "change (95% CI) | p |", "|---|---|---|---|---|---|---|---|"]
+        icon = {"regression": "🔺", "watch": "👁️", "improvement": "🔻", "new": "🆕",
+                "vanished": "➖"}
         for r in moved[:40]:
             name = r["name"].replace("|", "\\|")
             p = "" if r["p_value"] is None else f"{r['p_value']:.2g}"
+            norm = ("" if r.get("factor") is None else
+                    f"{_fmt(r['normalized_median_us'])} (÷{r['factor']:.3f})")
             out.append(f"| {icon[r['verdict']]} | {KIND_LABEL[r['kind']]} | `{name}` | "
-                       f"{_fmt(r['base_median_us'])} | {_fmt(r['new_median_us'])} | "
+                       f"{_fmt(r['base_median_us'])} | {_fmt(r['new_median_us'])} | {norm} | "
                        f"{effect(r)} | {p} |")
-        regs = [r for r in moved if r["verdict"] == "regression"]
-        if regs:
-            out += ["", "Regressions:", ""]
-            out += [f"- {verdict_line(r, c.method)}" for r in regs[:20]]
+        for verdict, title in (("regression", "Regressions"), ("watch", "WATCH (same work, "
+                                                                       "not failing)")):
+            group = [r for r in moved if r["verdict"] == verdict]
+            if group:
+                out += ["", f"{title}:", ""]
+                out += [f"- {full_line(r, c.method)}" for r in group[:20]]
     return "\n".join(out) + "\n"
 
 
@@ -191,7 +269,7 @@ def compare_junit(c: Comparison) -> str:
     for r in recs:
         out.append(f'  <testcase classname={quoteattr("runlens." + r["kind"])} '
                    f'name={quoteattr(r["name"])} time="0">')
-        detail = verdict_line(r, c.method)
+        detail = full_line(r, c.method)
         if r["verdict"] == "regression":
             out.append(f'    <failure message={quoteattr("regression: " + detail)} '
                        f'type="regression">{escape(detail)}</failure>')

@@ -14,9 +14,10 @@ from typing import Any
 import polars as pl
 
 from ..gate.compare import Comparison, Samples
+from ..gate.workdiff import work_note
 from ..units import p_value3
 
-MOVED = ("regression", "improvement", "new", "vanished")
+MOVED = ("regression", "watch", "improvement", "new", "vanished")
 STEP_TIME = "step time"  # the step-level metric drawn as distributions
 MAX_SCOPES = 30  # bars in the moved-scopes chart
 MAX_POINTS = 2000  # step samples drawn per side
@@ -31,7 +32,9 @@ def _num(value: Any, digits: int = 3) -> float | None:
 def metric_row(r: dict[str, Any]) -> dict[str, Any]:
     """One Comparison row as the page shows it. `change_pct` is the change the verdict
     was judged on (the effect estimate when compare.py gives one, else the normalized
-    change of medians); `ci_pct` its confidence interval, or None."""
+    change of medians); `ci_pct` its confidence interval, or None. The raw medians and
+    change, the normalized median with its factor and where it came from, the work diff
+    and the rule come along, as in the text report."""
     change = r.get("effect_pct")
     if change is None:
         change = r.get("norm_change_pct")
@@ -42,6 +45,11 @@ def metric_row(r: dict[str, Any]) -> dict[str, Any]:
         "base_median_us": _num(r.get("base_median_us")),
         "new_median_us": _num(r.get("new_median_us")),
         "change_pct": _num(change, 2), "raw_change_pct": _num(r.get("change_pct"), 2),
+        "normalized_median_us": _num(r.get("norm_median_us")),
+        "normalized_change_pct": _num(r.get("norm_change_pct"), 2),
+        "factor": _num(r.get("factor"), 4), "factor_from": r.get("factor_from"),
+        "contribution_pct": _num(r.get("contribution_pct"), 1),
+        "rule": r.get("rule"), "work": work_note(r) if "work_changed" in r else None,
         "ci_pct": ([_num(low, 2), _num(high, 2)]
                    if _num(low) is not None and _num(high) is not None else None),
         "p_value": p_value3(p),
@@ -87,6 +95,7 @@ def compare_data(c: Comparison, base: Samples, new: Samples) -> dict[str, Any]:
         "threshold_pct": c.threshold_pct, "machine_factor": round(c.factor, 4),
         "machine_factor_nodes": c.factor_nodes, "warnings": c.warnings,
         "regressions": sum(1 for r in rows if r["verdict"] == "regression"),
+        "watches": sum(1 for r in rows if r["verdict"] == "watch"),
         "excluded": getattr(c, "excluded", {}),
         "step": step,
         "distributions": {"base": base_steps, "new": new_steps,

@@ -162,6 +162,8 @@ def run_body(d: dict[str, Any]) -> str:
 
 def compare_body(d: dict[str, Any]) -> str:
     status = (f"{d['regressions']} regression(s)" if d["regressions"] else "no regression")
+    if d.get("watches"):
+        status += f", {d['watches']} WATCH line(s)"
     step = d["step"]
     lead = ""
     if step and step["base_median_us"] is not None and step["new_median_us"] is not None:
@@ -183,7 +185,7 @@ def compare_body(d: dict[str, Any]) -> str:
         head,
         section("distributions", "Step time: base and new", None,
                 "Each dot is a traced step; boxes span the quartiles, whiskers the range."),
-        section("moved", "Regressions and improvements", None, chart=False,
+        section("moved", "Regressions, WATCH lines and improvements", None, chart=False,
                 extra=moved_html(d["moved"])),
         section("scopes_moved", "Scopes that moved", None if d["scopes"] else
                 {"missing": "No name scopes to compare."},
@@ -203,19 +205,36 @@ def _change(r: dict[str, Any]) -> str:
     return text
 
 
+def _numbers(r: dict[str, Any]) -> str:
+    """Raw medians and change, then the normalized median with its factor and source."""
+    base = "-" if r["base_median_us"] is None else fmt_us(r["base_median_us"])
+    new = "-" if r["new_median_us"] is None else fmt_us(r["new_median_us"])
+    raw = f"{base} → {new}"
+    if r.get("raw_change_pct") is not None:
+        raw += f" ({r['raw_change_pct']:+.1f}%)"
+    if r.get("factor") is None or r.get("normalized_median_us") is None:
+        return escape(raw)
+    norm = r.get("normalized_change_pct")
+    return (f"{escape(raw)}<br><span class=\"small\">normalized "
+            f"{fmt_us(r['normalized_median_us'])}"
+            f"{'' if norm is None else f' ({norm:+.1f}%)'}, "
+            f"factor {r['factor']:.3f} from {escape(r.get('factor_from') or '')}</span>")
+
+
 def moved_html(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "<p>No significant change above the threshold.</p>"
     out = []
     for r in rows:
-        base = "-" if r["base_median_us"] is None else fmt_us(r["base_median_us"])
-        new = "-" if r["new_median_us"] is None else fmt_us(r["new_median_us"])
-        p = "" if r["p_value"] is None or r["verdict"] not in ("regression", "improvement") \
+        p = "" if r["p_value"] is None or r["verdict"] not in ("regression", "watch",
+                                                               "improvement") \
             else f"{r['p_value']:.2g}"
+        why = "".join(f"<br><span class=\"small\">{escape(label)}: {escape(r[key])}</span>"
+                      for key, label in (("work", "work"), ("rule", "rule")) if r.get(key))
         out.append(f"<tr class=\"v-{escape(r['verdict'])}\"><td>{escape(r['verdict'])}</td>"
-                   f"<td>{escape(r['kind'])}</td><td class=\"name\">{escape(r['name'])}</td>"
-                   f"<td class=\"num\">{base}</td><td class=\"num\">{new}</td>"
+                   f"<td>{escape(r['kind'])}</td><td class=\"name\">{escape(r['name'])}{why}</td>"
+                   f"<td class=\"num\">{_numbers(r)}</td>"
                    f"<td class=\"num\">{escape(_change(r))}</td><td class=\"num\">{p}</td></tr>")
     return ("<table class=\"moved\"><thead><tr><th>verdict</th><th>kind</th><th>name</th>"
-            "<th>base median</th><th>new median</th><th>change [CI]</th><th>p (adj.)</th>"
-            "</tr></thead><tbody>" + "".join(out) + "</tbody></table>")
+            "<th>median base → new (raw; normalized)</th><th>effect [95% CI]</th>"
+            "<th>p (adj.)</th></tr></thead><tbody>" + "".join(out) + "</tbody></table>")
