@@ -2,8 +2,10 @@
 whose files hold RunMetadata (loose .pb/.pbtxt files, TensorBoard event files).
 
 Each RunMetadata is read with ingest's protobuf walk (the reference reader); a
-RunMetadata that cannot be read is skipped with a warning naming it, and the others are
-still read. Partition graphs and a GraphDef saved beside give op types.
+RunMetadata that cannot be read, its partition graphs included (parsed once per distinct
+content, with the first step that carries them, as in a run dir), is skipped with a
+warning naming it, and the others are still read. Partition graphs and a GraphDef saved
+beside give op types.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from .. import ingest, schema
+from .. import ingest, readfile, schema
 from ..errors import InputFileError, RunDirError
 from . import Part, SourceFrames, damage
 
@@ -32,10 +34,11 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], p
     `graphs` nor partition graphs give one (`no_graph`).
 
     Raises RunDirError naming the part's path when no step can be read."""
-    worker, where = part.worker, str(part.path)
+    worker, where = part.worker, readfile.shown(part.path)
     warnings = list(warnings)
     parts: list[ingest.StepFrames] = []
-    partition: dict[bytes, bytes] = {}
+    parsed = ingest.PartitionGraphs()
+    partition: dict[bytes, pl.DataFrame] = {}
     for step, raw, name in steps:
         try:
             try:
@@ -43,12 +46,16 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], p
             except DecodeError as e:
                 raise InputFileError(f"{name}: not a readable RunMetadata ({e})"
                                      + damage.hint(raw)) from None
+            graphs_of_step = {}
+            for g in step_graphs:
+                digest = hashlib.blake2b(g, digest_size=16).digest()
+                graphs_of_step[digest] = parsed.nodes(digest, bytes(g), name)
             parts.append(ingest.walk_step_bytes(stats, step, name))
         except InputFileError as e:
             warnings.append(str(e))
             continue
-        for g in step_graphs:
-            partition.setdefault(hashlib.blake2b(g, digest_size=16).digest(), bytes(g))
+        for digest, frame in graphs_of_step.items():
+            partition.setdefault(digest, frame)
     parts = [p for p in parts if p.nodes.height]
     if not parts:
         if len(steps) == 1 and len(warnings) == 1:  # one file: its own problem, said once
@@ -61,10 +68,7 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], p
             graph_frames.append(ingest.ingest_graph_defs([raw], name, "graph"))
         except InputFileError as e:
             warnings.append(f"{e}; op types come from partition graphs and timeline labels")
-    if partition:
-        graph_frames.append(ingest.ingest_graph_defs(list(partition.values()),
-                                                     f"{where} (partition graphs)",
-                                                     "partition"))
+    graph_frames += partition.values()
     graph_nodes = (pl.concat(graph_frames, how="vertical") if graph_frames
                    else pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA))
     graph_nodes = graph_nodes.unique(subset=["name", "source", "device"], keep="first",

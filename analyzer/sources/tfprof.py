@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from .. import ingest
+from .. import ingest, readfile
 from ..errors import InputFileError, RunDirError
 from ..proto import graph_pb2, tfprof_log_pb2
 from . import Part, Progress, Selection, SourceFrames, damage
@@ -61,10 +61,7 @@ def _candidates(folder: Path) -> list[tuple[int, Path]]:
 
 
 def parse(path: Path, raw: bytes | None = None) -> tfprof_log_pb2.ProfileProto:
-    try:
-        raw = path.read_bytes() if raw is None else raw
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    raw = readfile.read_bytes(path, what="ProfileProto") if raw is None else raw
     try:
         profile = tfprof_log_pb2.ProfileProto.FromString(raw)
     except (DecodeError, RuntimeError) as e:
@@ -86,6 +83,8 @@ def _looks_like_profile(path: Path) -> bool:
 def _starts_like_profile(path: Path) -> bool:
     """A ProfileProto's first field is a `nodes` entry (field 1, length-delimited) or
     has_trace/steps; cheap enough for detection (reading parses the whole file)."""
+    if not readfile.regular(path):  # a FIFO would block the open
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(1) in (b"\x0a", b"\x10", b"\x18", b"\x1a")
@@ -252,18 +251,15 @@ class TfprofSource:
             if not found:
                 raise RunDirError(f"{path}: no profile_<step> file")
             file = found[-1][1]  # the latest dump holds every step before it
-        elif path.is_file():
-            file = path
+        elif path.exists():
+            file = path  # not a regular file: reading it says so
         else:
             raise RunDirError(f"{path}: no such file or directory")
         return [Part(self.kind, path, "worker:0", (str(file),))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         path = Path(part.files[0])
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+        raw = readfile.read_bytes(path, what="ProfileProto")
         profile = parse(path, raw)
         try:
             op_log, code = _op_log_and_code(profile)
