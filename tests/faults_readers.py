@@ -61,6 +61,15 @@ def mutate(raw: bytes, rng: random.Random) -> tuple[str, bytes]:
     return kind, bytes(b)
 
 
+def mutate_file(raw: bytes, name: str, rng: random.Random) -> tuple[str, bytes]:
+    """mutate, of the JSON inside a .gz half of the time (a flipped byte of the deflate
+    stream is nearly always a CRC error: the parser would never see damage)."""
+    if name.endswith(".gz") and rng.random() < 0.5:
+        kind, text = mutate(gzip.decompress(raw), rng)
+        return f"{kind}-inside", gzip.compress(text, mtime=0)
+    return mutate(raw, rng)
+
+
 # ----------------------------------------------------------------------------- JSON
 
 

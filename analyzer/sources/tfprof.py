@@ -246,16 +246,20 @@ class TfprofSource:
         return path.is_file() and _looks_like_profile(path)
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        problems: list[str] = []
         if path.is_dir():
             found = _candidates(path)
+            # FIFOs, devices named profile_<step>: reported, never opened
+            problems = readfile.scan(path, lambda n: bool(_PROFILE_RE.match(n)))[1]
             if not found:
-                raise RunDirError(f"{path}: no profile_<step> file")
+                raise RunDirError(f"{readfile.shown(path)}: no profile_<step> file"
+                                  + (f" ({problems[0]})" if problems else ""))
             file = found[-1][1]  # the latest dump holds every step before it
         elif path.exists():
             file = path  # not a regular file: reading it says so
         else:
-            raise RunDirError(f"{path}: no such file or directory")
-        return [Part(self.kind, path, "worker:0", (str(file),))]
+            raise RunDirError(f"{readfile.shown(path)}: no such file or directory")
+        return [Part(self.kind, path, "worker:0", (str(file),), warnings=tuple(problems))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         path = Path(part.files[0])
