@@ -73,8 +73,8 @@ def parse(text: bytes) -> Any:
     try:  # one pass over the document; only for files orjson refused
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("a string holds a lone surrogate (\\ud800-\\udfff): bad "
-                         "UTF-16 escape") from None
+        raise ValueError("a string holds a lone surrogate (U+D800-U+DFFF, as an escape "
+                         "or as bytes): not valid Unicode") from None
     return data
 
 
