@@ -39,7 +39,7 @@ RATIO_FREE = 256 << 20
 def load(path: Path, what: str) -> Any:
     """The parsed JSON of `path` (gzip-compressed when its name ends in .gz);
     InputFileError "<path>: not <what> (<why>)" when it cannot be."""
-    raw = readfile.read_bytes(path, MAX_TEXT, what=what)
+    raw = readfile.read_bytes(path, MAX_TEXT, what="JSON trace")
     name = readfile.shown(path)
     try:
         text = _gunzip(raw) if path.name.lower().endswith(".gz") else raw

@@ -79,7 +79,7 @@ def _found(path: Path, profile_run: str | None = None) -> tuple[list[Path], list
     """xplane_files, and one line per entry named like one that is not a regular file
     (a FIFO, a device, a folder, a dangling link: reported and skipped, never opened)."""
     if not path.is_dir():
-        named = path.name.endswith(SUFFIX) and (path.is_file() or path.exists())
+        named = path.name.endswith(SUFFIX) and path.exists()
         return ([path] if named else []), []  # not a regular file: reading it says so
     direct = readfile.scan(path, _named)
     if (direct[0] or direct[1]) and profile_run is None:
