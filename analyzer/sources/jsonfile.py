@@ -4,6 +4,8 @@ within bounds, every failure the file's one-line problem (InputFileError):
 - read as a regular file of at most MAX_TEXT bytes (analyzer.readfile); a `.gz` is
   decompressed at most to MAX_TEXT, and to no more than RATIO times its size once past
   RATIO_FREE (real traces compress 10-50x; a gzip bomb of zeros ~1000x);
+- refused before parsing when its objects would take more than 1 GiB and more than
+  AMPLIFY times its text (`_check_memory`: real traces 3-7x, crafted ones up to 26x);
 - parsed by orjson (2-3x faster), which refuses what json would turn into trouble later:
   nesting over 1024, lone surrogates, numbers beyond a double; json's fallback (NaN,
   UTF-16 files) is bounded by the recursion limit and checked for lone surrogates, which
@@ -34,6 +36,8 @@ from . import damage
 MAX_TEXT = 1 << 30  # bytes of JSON: parsed, ~5-10x that in memory
 RATIO = 200  # decompressed / compressed, at most, past RATIO_FREE
 RATIO_FREE = 256 << 20
+MEMORY_FREE = 1 << 30  # bytes of parsed objects any JSON may take
+AMPLIFY = 10  # parsed / text, at most, beyond MEMORY_FREE
 
 
 def load(path: Path, what: str) -> Any:
@@ -62,9 +66,26 @@ def _gunzip(raw: bytes) -> bytes:
     return text
 
 
+def _check_memory(text: bytes) -> None:
+    """Refuse JSON whose objects would take more than MEMORY_FREE and more than AMPLIFY
+    times its text: parsed, real traces take 3-4x their text (estimated below as
+    3.5-6.7x), while `{},` or `"ab",` repeated take 14-23x (a 256 MiB bomb: ~5 GB). The
+    estimate (~70 bytes per object, list and string, 8 per item) costs three passes over
+    the text, made only when the text could reach MEMORY_FREE."""
+    if len(text) * 26 <= MEMORY_FREE:
+        return
+    estimate = (70 * (text.count(b"{") + text.count(b"[") + text.count(b'"') // 2)
+                + 8 * text.count(b","))
+    if estimate > max(MEMORY_FREE, AMPLIFY * len(text)):
+        raise ValueError(f"its {len(text):,} bytes would take ~{estimate / 2**30:.1f} GiB "
+                         f"parsed ({estimate / len(text):.0f}x; a trace takes 3-7x): not a "
+                         "trace runlens reads")
+
+
 def parse(text: bytes) -> Any:
     """orjson, else json (NaN, UTF-16), whose strings are then checked for lone
-    surrogates (bad UTF-16 escapes orjson refuses)."""
+    surrogates (bad UTF-16 escapes orjson refuses). First, a memory estimate."""
+    _check_memory(text)
     try:
         return _fast_loads(text)
     except ValueError:
