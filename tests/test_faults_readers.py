@@ -25,6 +25,7 @@ import pytest
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import config_pb2, graph_pb2, node_def_pb2, xplane_pb2
 
+from tests import faults
 from tests import faults_readers as fr
 from tests.conftest import FIXTURES, ROOT, run_cli
 
@@ -262,6 +263,13 @@ def test_special_files_are_refused_before_any_read_in_every_source(tmp_path):
     bomb = tmp_path / "bomb.trace.json.gz"
     bomb.write_bytes(gzip.compress(b'{"traceEvents":[' + b"{}," * (80 << 20) + b"{}]}"))
     cases += [["--source", "tracejson", str(bomb)], ["--source", "timeline", str(bomb)]]
+    # 20 MB loose RunMetadata of no content (tests/faults.py's kinds): empty node stats
+    # took 2 GB and 5 s (walked with protobuf), empty partition graphs 630 MB (detection)
+    for kind in ("zeros", "empty-graphs", "empty-step-stats", "empty-node-stats"):
+        crafted = tmp_path / kind / "run_metadata_1.pb"
+        crafted.parent.mkdir()
+        faults.write_crafted(crafted, kind, 20 << 20)
+        cases.append(["--source", "runmetadata", str(crafted)])
     proc = subprocess.run([sys.executable, "-c", _SPECIALS, json.dumps(cases)],
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "PYTHONPATH": str(ROOT.parent)})

@@ -20,7 +20,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from .. import readfile
+from .. import ingest, readfile
 from ..errors import InputFileError, RunDirError
 from ..proto import config_pb2, graph_pb2
 from . import Part, Progress, Selection, SourceFrames
@@ -53,12 +53,17 @@ def _text_field(raw: bytes) -> str | None:
 
 
 def _is_run_metadata(raw: bytes) -> bool:
+    """Step stats whose first device is named "/...": read from the wire, not parsed
+    whole (a file of empty partition graphs or node stats would make GBs of objects)."""
     try:
-        md = config_pb2.RunMetadata.FromString(raw)
-    except (DecodeError, RuntimeError):
+        stats, _ = ingest.split_run_metadata(raw)
+        device = next((bytes(d) for n, d in ingest.split_fields(stats) if n == 1), None)
+        if device is None:
+            return False
+        name = next((bytes(v) for n, v in ingest.split_fields(device) if n == 1), b"")
+    except (DecodeError, IndexError):  # IndexError: a varint cut short
         return False
-    devices = md.step_stats.dev_stats
-    return bool(devices) and all(d.device.startswith("/") for d in devices)
+    return name.startswith(b"/")
 
 
 def kind_of(path: Path) -> str | None:
