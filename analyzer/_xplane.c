@@ -4,11 +4,15 @@
  * holds the whole parsed tree, 2-3x the file, in memory); a big profile has tens of
  * millions of events. These functions read the wire format of the file's bytes (mapped,
  * not copied) directly into columns:
- *   split_plane(buf, field=3, depth=99)
+ *   split_plane(buf, field=3, depth=99, utf8=0)
  *                                -> (list of (offset, length) of its lines (the values of
  *                                   length-delimited `field`), the message's other bytes:
  *                                   a plane's name and metadata, for protobuf); field=1,
- *                                   depth=100 splits an XSpace into its planes the same way
+ *                                   depth=100 splits an XSpace into its planes the same way.
+ *                                   Values of the fields set in the bit mask `utf8` are
+ *                                   checked to be UTF-8 and left out of the other bytes
+ *                                   (the XSpace's errors, warnings and hostnames: checked
+ *                                   as protobuf would, never made into objects)
  *   decode_lines(buf, spans, stat_ids, keep=None)
  *                                -> (ids, timestamps_ns, names, starts, n, metadata_id,
  *                                   offset_ps, duration_ps, stats, hashes, at)
@@ -170,7 +174,8 @@ static PyObject *malformed(const char *what) {
 static PyObject *split_plane(PyObject *self, PyObject *args) {
     Py_buffer view;
     int want = 3, depth = DEPTH_LIMIT - 1;
-    if (!PyArg_ParseTuple(args, "y*|ii", &view, &want, &depth)) return NULL;
+    unsigned long utf8 = 0; /* bit f: length-delimited values of field f must be UTF-8 */
+    if (!PyArg_ParseTuple(args, "y*|iik", &view, &want, &depth, &utf8)) return NULL;
     Reader r = {view.buf, (const uint8_t *)view.buf + view.len};
     PyObject *lines = PyList_New(0);
     char *rest = malloc(view.len ? view.len : 1);
@@ -189,6 +194,9 @@ static PyObject *split_plane(PyObject *self, PyObject *args) {
                 (Py_ssize_t)(line.end - line.p));
             if (!item || PyList_Append(lines, item)) { Py_XDECREF(item); goto nomem; }
             Py_DECREF(item);
+        } else if (wire == 2 && field < 32 && (utf8 >> field & 1)) {
+            Reader text;
+            if (sub(&r, &text) || !utf8_ok(text.p, text.end)) goto bad;
         } else {
             if (skip(&r, field, wire, depth)) goto bad;
             memcpy(rest + rest_len, start, (size_t)(r.p - start));

@@ -3,7 +3,7 @@
 import numpy as np
 
 def split_plane(
-    plane: bytes | memoryview, field: int = 3, depth: int = 99, /
+    plane: bytes | memoryview, field: int = 3, depth: int = 99, utf8: int = 0, /
 ) -> tuple[list[tuple[int, int]], bytes]: ...
 def decode_line(
     line: bytes | memoryview, stat_ids: tuple[int, ...], keep: bytes | None = None, /

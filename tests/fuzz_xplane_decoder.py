@@ -94,6 +94,10 @@ def fuzz(iterations: int, seed: int) -> None:
                 native.split_plane(_mutate(rng.choice(planes), rng))
             except ValueError:
                 pass
+            try:  # an XSpace, its strings checked as UTF-8
+                native.split_plane(_mutate(rng.choice(files), rng), 1, 100, 0b11100)
+            except ValueError:
+                pass
             # A batch of lines, with spans that may point anywhere in (or past) the buffer.
             buf = _mutate(rng.choice(files), rng)
             spans = np.array([(rng.randint(-5, len(buf) + 5), rng.randint(-5, 5000))
