@@ -173,10 +173,17 @@ def _space(ts_ns: int = 0, name: str = "t", stat: int | None = None) -> bytes:
     return space.SerializeToString()
 
 
+def _crowded_space() -> bytes:
+    from tests.wire_bytes import delimited
+
+    plane = b"\x12\x09/host:CPU" + b"\x22\x00" * 1_100_000
+    return _space() + delimited(1, plane)
+
+
 @pytest.mark.parametrize("case,expect", [("ts-2^62", "refused"), ("ts-max", "refused"),
                                          ("ts-neg", "refused"), ("uint64-big", "read"),
                                          ("ts-ok", "read"), ("hostname-not-utf8", "refused"),
-                                         ("hostname-ok", "read")])
+                                         ("hostname-ok", "read"), ("crowded", "refused")])
 def test_crafted_xplane_values_agree_and_never_exit_3(tmp_path, case, expect):
     """A line timestamp_ns of 2^62 (a valid message) exited 3 (OverflowError) on both
     paths; a uint64 stat >= 2^63 overflowed the protobuf walk's int64 column."""
@@ -184,7 +191,9 @@ def test_crafted_xplane_values_agree_and_never_exit_3(tmp_path, case, expect):
             "uint64-big": _space(stat=2**64 - 1), "ts-ok": _space(10**15),
             # XSpace.hostnames (field 4), checked in C on the native path
             "hostname-not-utf8": _space() + b"\x22\x02h\xff",
-            "hostname-ok": _space() + b"\x22\x02hi"}[case]
+            "hostname-ok": _space() + b"\x22\x02hi",
+            # 1.1M empty event metadata entries in one plane (20 MB of them took 0.9 GB)
+            "crowded": _crowded_space()}[case]
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(data)
     assert fr.xplane_agree(path) == expect

@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 from .. import readfile
 from ..background import Background
 from ..errors import InputFileError
+from ..ingest.wire import field_spans
 from ..proto import xplane_pb2
 from . import damage
 
@@ -280,6 +281,9 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
         size = len(buf)
     try:
         if not native or not size:
+            for number, start, length in _spans(buf):
+                if number == _PLANES:
+                    _check_crowded(length, buf[start: start + length])
             space = xplane_pb2.XSpace.FromString(bytes(buf))
             planes = [Plane(p, list(p.lines)) for p in space.planes]
         else:
@@ -291,6 +295,7 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
             planes = []
             for start, length in spans:
                 lines, rest = _xplane.split_plane(buf[start: start + length])
+                _check_crowded(length, rest)
                 meta = xplane_pb2.XPlane.FromString(rest)
                 planes.append(Plane(meta, [(start + o, n) for o, n in lines], buf, mapped))
     except (DecodeError, RuntimeError, ValueError) as e:
@@ -300,3 +305,34 @@ def read_planes(path: Path, native: bool | None = None) -> list[Plane]:
         raise InputFileError(f"{name}: an XSpace with no planes (not a profile?)")
     return planes
 
+
+_CROWDED = 1_000_000  # metadata entries any plane may hold
+_ENTRY_BYTES = 16  # of the plane per entry, at least, for a plane of more
+
+
+def _check_crowded(plane_len: int, fields: Any) -> None:
+    """ValueError for a plane of more than _CROWDED metadata entries (event and stat
+    metadata, plane stats) averaging under _ENTRY_BYTES bytes of the plane each: protobuf
+    makes each an object of ~100 bytes (20 MB of empty entries took 0.9 GB), while a real
+    entry holds a name. The same rule on both paths: `fields` is the plane's bytes (the
+    protobuf walk) or all but its lines (the C path); lines are never counted."""
+    if len(fields) < 2 * _CROWDED:  # an entry takes 2 bytes at least
+        return
+    count = 0
+    try:  # counted, never listed (10M tuples would be the GB this avoids)
+        for number, _, _ in field_spans(fields):
+            count += number != 3  # XPlane.lines
+    except (DecodeError, IndexError):
+        return  # the wire cannot be followed here (groups): protobuf decides
+    if count > _CROWDED and plane_len < _ENTRY_BYTES * count:
+        raise ValueError(f"a plane of {count:,} metadata entries in {plane_len:,} bytes "
+                         f"(under {_ENTRY_BYTES} each: entries without names)")
+
+
+def _spans(buf: Any) -> list[tuple[int, int, int]]:
+    """The XSpace's top-level fields (few: planes and strings), or none where the wire
+    cannot be followed (groups): protobuf decides."""
+    try:
+        return [span for span in field_spans(buf) if span[0] == _PLANES]
+    except (DecodeError, IndexError):
+        return []
