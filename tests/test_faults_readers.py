@@ -283,6 +283,11 @@ def test_special_files_are_refused_before_any_read_in_every_source(tmp_path):
         crafted.parent.mkdir()
         faults.write_crafted(crafted, kind, 20 << 20)
         cases.append(["--source", "runmetadata", str(crafted)])
+    # 3 MB of empty tfprof `nodes` entries (20 MB of them took 1.9 GB)
+    crowded = tmp_path / "tfprof-crowded" / "profile_1"
+    crowded.parent.mkdir()
+    crowded.write_bytes(b"\x0a\x00" * 1_500_000)
+    cases.append(["--source", "tfprof", str(crowded)])
     # 20 MB of empty XSpace.errors strings after a plane (0.5 GB when parsed whole)
     errors = tmp_path / "errors.xplane.pb"
     errors.write_bytes(fr.XPLANES[0].read_bytes() + b"\x12\x00" * (10 << 20))

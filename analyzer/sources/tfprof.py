@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 
 from .. import ingest, readfile
 from ..errors import InputFileError, RunDirError
+from ..ingest.wire import field_spans
 from ..proto import graph_pb2, tfprof_log_pb2
 from . import Part, Progress, Selection, SourceFrames, damage
 
@@ -63,13 +64,35 @@ def _candidates(folder: Path) -> list[tuple[int, Path]]:
 def parse(path: Path, raw: bytes | None = None) -> tfprof_log_pb2.ProfileProto:
     raw = readfile.read_bytes(path, what="ProfileProto") if raw is None else raw
     try:
+        _check_crowded(raw)
         profile = tfprof_log_pb2.ProfileProto.FromString(raw)
-    except (DecodeError, RuntimeError) as e:
+    except (DecodeError, RuntimeError, ValueError) as e:
         raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})"
                              + damage.hint(raw)) from None
     if not profile.nodes or not profile.steps:
         raise InputFileError(f"{path}: not a tfprof ProfileProto (no nodes or no steps)")
     return profile
+
+
+_CROWDED = 1_000_000  # map entries (nodes, strings) any profile may hold
+_ENTRY_BYTES = 16  # of the file per entry, at least, for a profile of more
+
+
+def _check_crowded(raw: bytes) -> None:
+    """ValueError for more than _CROWDED top-level entries averaging under _ENTRY_BYTES:
+    protobuf makes each an object of ~100 bytes (20 MB of empty `nodes` entries took
+    1.9 GB), while a real node holds a name and an op, a real string a file name."""
+    if len(raw) < 2 * _CROWDED:  # an entry takes 2 bytes at least
+        return
+    count = 0
+    try:  # counted, never listed
+        for _ in field_spans(raw):
+            count += 1
+    except (DecodeError, IndexError):
+        return  # the wire cannot be followed here (groups): protobuf decides
+    if count > _CROWDED and len(raw) < _ENTRY_BYTES * count:
+        raise ValueError(f"{count:,} entries in {len(raw):,} bytes (under {_ENTRY_BYTES} "
+                         "each: nodes without names)")
 
 
 def _looks_like_profile(path: Path) -> bool:
