@@ -478,3 +478,36 @@ def test_graphs_of_a_partition_are_parsed(tmp_path):
     (tmp_path / "run_metadata_1.pb").write_bytes(md.SerializeToString())
     run = load_run(tmp_path, use_cache=False)
     assert "only" in run.graph_nodes.get_column("name").to_list()
+
+
+def test_step_numbers_of_many_unnumbered_inputs_are_linear():
+    """A crafted event file of 950k tagged records ran for more than 5 minutes: each
+    unnumbered input took max() of every step so far."""
+    import time
+
+    from runlens.analyzer.sources.stepnumbers import distinct_steps
+
+    t = time.perf_counter()
+    steps = distinct_steps([None, 5, 5, *([None] * 300_000)])
+    assert steps[:4] == [1, 5, 6, 7] and len(set(steps)) == len(steps)
+    assert time.perf_counter() - t < 5
+
+
+def test_an_event_file_of_tiny_records_is_one_line_in_bounded_memory(tmp_path):
+    """95k tagged records of nothing (2 MB): exit 2, one warning per unreadable step up to
+    100 and then a count, not 95k lines kept."""
+    import struct
+
+    from runlens.analyzer.proto import event_pb2
+    from runlens.analyzer.sources.events import masked_crc
+
+    event = event_pb2.Event()
+    event.tagged_run_metadata.tag = "s"
+    rec = event.SerializeToString()
+    head = struct.pack("<Q", len(rec))
+    one = head + struct.pack("<I", masked_crc(head)) + rec + struct.pack("<I", masked_crc(rec))
+    path = tmp_path / "events.out.tfevents.1"
+    path.write_bytes(one * 95_000)
+    result = run_cli(["summary", "--no-cache", path], expect_exit=2)
+    assert len(result.output.strip().splitlines()) == 1
+    assert "95,000 skipped" in result.output or "95000 skipped" in result.output

@@ -143,7 +143,9 @@ class EventsSource:
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         warnings: list[str] = []
-        tagged: list[tuple[int | None, int, bytes, str]] = []  # (tag step, event step, ...)
+        # (tag step, event step, run metadata, tag, file): names are made one at a time,
+        # as the steps are read (a crafted file of a million tiny records)
+        tagged: list[tuple[int | None, int, bytes, str, str]] = []
         graphs: list[tuple[bytes, str]] = []
         for name in part.files:
             path = Path(name)
@@ -159,13 +161,13 @@ class EventsSource:
                     if what == "tagged_run_metadata":
                         t = event.tagged_run_metadata
                         tagged.append((number_in(t.tag), event.step, t.run_metadata,
-                                       f"{shown} (tag {t.tag!r})"))
-                    elif what == "graph_def":
-                        graphs.append((event.graph_def, f"{shown} (graph_def)"))
+                                       t.tag, shown))
+                    elif what == "graph_def":  # the last one is used
+                        graphs[:] = [(event.graph_def, f"{shown} (graph_def)")]
                     elif what == "meta_graph_def":
                         graph = _graph_of_meta_graph(event.meta_graph_def)
                         if graph is not None:
-                            graphs.append((graph, f"{shown} (meta_graph_def)"))
+                            graphs[:] = [(graph, f"{shown} (meta_graph_def)")]
             except InputFileError as e:
                 warnings.append(str(e))
         if not tagged:
@@ -179,9 +181,9 @@ class EventsSource:
                                  "profile is the log dir's plugins/profile/<run>/ "
                                  "(point runlens at the log dir)" if tf2 else ""))
         numbers = distinct_steps(tag_step if tag_step is not None else event_step
-                                 for tag_step, event_step, _, _ in tagged)
-        steps = [(step, raw, where)
-                 for step, (_, _, raw, where) in zip(numbers, tagged, strict=True)]
+                                 for tag_step, event_step, _, _, _ in tagged)
+        steps = ((step, raw, f"{shown} (tag {tag!r})")
+                 for step, (_, _, raw, tag, shown) in zip(numbers, tagged, strict=True))
         return frames_from_run_metadata(steps, graphs[-1:], part, warnings,
                                         files="event files",
                                         no_graph="no graph in the event file(s)")

@@ -13,6 +13,7 @@ beside give op types.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 import polars as pl
@@ -22,13 +23,14 @@ from .. import ingest, readfile, schema
 from ..errors import InputFileError, RunDirError
 from . import Part, SourceFrames, damage
 
+MAX_STEP_WARNINGS = 100  # one warning per unreadable step up to this many, then a count
 # (global step, serialized RunMetadata, what to call it in messages)
 StepBytes = tuple[int, bytes, str]
 # (serialized GraphDef, what to call it in messages)
 GraphBytes = tuple[bytes, str]
 
 
-def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], part: Part,
+def frames_from_run_metadata(steps: Iterable[StepBytes], graphs: list[GraphBytes], part: Part,
                              warnings: list[str], *, files: str, no_graph: str
                              ) -> SourceFrames:
     """The part's raw frames of these steps (sources.raw_frames completes them); its
@@ -43,7 +45,10 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], p
     decoder = ingest._stepstats.Decoder() if ingest.native_decoder_available() else None
     parsed = ingest.PartitionGraphs()
     partition: dict[bytes, pl.DataFrame] = {}
+    skipped = 0  # steps skipped past MAX_STEP_WARNINGS: counted, not said one by one
+    count = 0
     for step, raw, name in steps:
+        count += 1
         try:
             try:
                 stats, step_graphs = ingest.split_run_metadata(raw)
@@ -58,18 +63,24 @@ def frames_from_run_metadata(steps: list[StepBytes], graphs: list[GraphBytes], p
             if walked is not None:
                 parts.append(walked)
         except InputFileError as e:
-            warnings.append(str(e))
+            skipped += 1
+            if skipped <= MAX_STEP_WARNINGS:
+                warnings.append(str(e))
             continue
         for digest, frame in graphs_of_step.items():
             partition.setdefault(digest, frame)
+    if skipped > MAX_STEP_WARNINGS:
+        warnings.append(f"{where}: {skipped - MAX_STEP_WARNINGS:,} more unreadable steps "
+                        "skipped")
     if decoder is not None:
         parts.insert(0, ingest.decoded_frames(decoder.finish()))
     parts = [p for p in parts if p.nodes.height]
     if not parts:
-        if len(steps) == 1 and len(warnings) == 1:  # one file: its own problem, said once
+        if count == 1 and len(warnings) == 1:  # one file: its own problem, said once
             raise InputFileError(warnings[0])
-        raise RunDirError(f"{where}: no readable RunMetadata ({len(warnings)} skipped; "
-                          f"first: {warnings[0] if warnings else 'none'})")
+        first = next((w for w in warnings if not w.startswith(where + ":")), None)
+        raise RunDirError(f"{where}: no readable RunMetadata ({skipped or len(warnings)} "
+                          f"skipped; first: {first or (warnings[0] if warnings else 'none')})")
     graph_frames = []
     for raw, name in graphs:
         try:
