@@ -383,7 +383,7 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
 @click.option("--format", "fmt", type=click.Choice(registries.formats("compare")),
               default="text", show_default=True,
               help="Report format; html: one self-contained page (use -o).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(), default=None,
               help="Write the report to this file instead of stdout.")
 @no_cache_option
 @source_option
@@ -420,11 +420,14 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
       analyze compare main.json runs/pr_1 runs/pr_2 runs/pr_3 --new-runs 3
     """
     from .analyzer.gate.compare import compare as run_compare
+    from .analyzer.rundir import check_output
 
     paths = (*base, new)
     if new_runs >= len(paths):
         raise click.UsageError(f"--new-runs {new_runs} leaves no BASE: give at least one "
                                "base run before the new runs")
+    if output is not None:
+        check_output(output)  # before the long work
     base_samples = _base_samples(paths[:-new_runs], no_cache, scope_depth, step_range)
     new_samples = (_base_samples(paths[-new_runs:], no_cache, scope_depth, step_range)
                    if new_runs > 1 else _samples(new, no_cache, scope_depth, step_range))
@@ -444,7 +447,7 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
 
 @main.command()
 @click.argument("path", metavar="PATH", type=click.Path(readable=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+@click.option("-o", "--output", type=click.Path(), required=True,
               help="The HTML file to write.")
 @step_options
 @no_cache_option
@@ -464,11 +467,13 @@ def report(path: str, output: str, no_cache: bool) -> None:
 
     from . import checkers
     from .analyzer.report import run_page
+    from .analyzer.rundir import check_output
 
+    check_output(output)  # before the long work: a path that cannot be written says so
     run = load(path, no_cache)
     steps = choice()
-    emit(run_page(run, checkers.run_checks(run, steps=steps), path, steps), output)
-    click.echo(f"report: wrote {output} ({Path(output).stat().st_size / 1e6:.2f} MB)", err=True)
+    size = emit(run_page(run, checkers.run_checks(run, steps=steps), path, steps), output)
+    click.echo(f"report: wrote {output} ({size / 1e6:.2f} MB)", err=True)
 
 
 @main.group()
@@ -479,7 +484,7 @@ def baseline() -> None:
 @baseline.command("save")
 @click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True,
                 type=click.Path(readable=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+@click.option("-o", "--output", type=click.Path(), required=True,
               help="The baseline file to write (JSON).")
 @click.option("--scope-depth", type=click.IntRange(min=1), default=3, show_default=True,
               help="Keep name scopes down to this depth.")
@@ -499,16 +504,22 @@ def baseline_save(run_dirs: tuple[str, ...], output: str, scope_depth: int,
     are kept apart, and compare takes each metric's floor from their spread (docs/ci.md).
     """
 
+    from .analyzer.errors import RunlensError
     from .analyzer.gate.compare import save_baseline
     from .analyzer.rundir import check_output
 
     target = check_output(output)
     samples = _base_samples(run_dirs, no_cache, scope_depth, step_range)
-    save_baseline(samples, target)
+    try:  # through analyzer/output.py (rundir.atomic_write): a link's target, a FIFO...
+        save_baseline(samples, target)
+        size = (f" ({target.stat().st_size:,} bytes)" if output != "-" and target.is_file()
+                else "")
+    except OSError as e:
+        raise RunlensError(f"{output}: cannot write ({e.strerror or e})") from None
     runs = len(samples.meta.get("runs") or [samples.source])
     click.echo(f"baseline: {runs} run(s), {samples.n_samples} steps, "
-               f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output} "
-               f"({target.stat().st_size:,} bytes)", err=True)
+               f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output}"
+               f"{size}", err=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from .analyzer.errors import RunlensError
 
+        _printable_stdout()
         try:
             return fn(*args, **kwargs)
         except RunlensError as e:
@@ -72,6 +73,18 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             )
 
     return wrapper
+
+
+def _printable_stdout() -> None:
+    """A name with bytes that are not UTF-8 (kept by Python as surrogate escapes) is
+    printed escaped, as stderr does, instead of failing the whole output (stdout is strict
+    in a UTF-8 locale)."""
+    stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # pragma: no cover - a stream that cannot
+            pass
 
 
 class Progress:
@@ -248,12 +261,15 @@ def note_left_out(run: Run, options: ViewOptions) -> None:
         click.echo(f"analyze: note: averages leave out step(s) {steps}{more}{hint}", err=True)
 
 
-def emit(text: str | bytes, output: str | None) -> None:
-    """Print, or write atomically to --output."""
+def emit(text: str | bytes, output: str | None) -> int:
+    """Print, or write to --output (analyzer/output.py: atomically to a regular file or a
+    new path, through a link to its target, streamed to a FIFO, a device or -); the
+    bytes written."""
     if output is None:
         click.echo(text, nl=False)
-        return
+        return len(text)
 
-    from .analyzer.rundir import atomic_write, check_output
+    from .analyzer import output as out
 
-    atomic_write(check_output(output), text.encode() if isinstance(text, str) else text)
+    data = text.encode("utf-8", "backslashreplace") if isinstance(text, str) else text
+    return out.write(out.check(output), data)

@@ -28,6 +28,7 @@ setup(
         Extension(
             "runlens.analyzer._xplane",
             sources=["analyzer/_xplane.c"],
+            depends=sorted(glob("analyzer/xplane_c/*.h")),  # its wire reader, #included
             optional=True,
             extra_compile_args=["-O3", "-std=c99"],
         ),

@@ -298,7 +298,10 @@ class _Replaced(Exception):
 def _open(loc: Path, key: dict[str, Any]) -> Cached:
     try:
         text = (loc / KEY_FILE).read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # NotADirectoryError: a file named .runlens (not ours) where the cache folder
+        # goes: no cache there (never removed), the next location (the user cache dir)
+        # holds it, silently, as for a read-only run dir.
         raise _Missing from None
     except OSError as e:
         raise CacheDamaged(f"{KEY_FILE}: cannot read ({e.strerror or e})") from None

@@ -8,8 +8,10 @@ Detects change and damage; not cryptographic.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 import zlib
 from typing import Any
 
@@ -31,8 +33,12 @@ def of(data: Buffer) -> str:
 def of_file(path: str | os.PathLike[str]) -> tuple[str, list[Any]]:
     """(digest of the file's content, [size, mtime_ns, ctime_ns, inode] of the same open
     file)."""
-    with open(path, "rb") as f:
+    # O_NONBLOCK: a FIFO put in a file's place must not block (it is refused below).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         if st.st_size:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 digest = of(m)

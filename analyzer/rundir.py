@@ -11,7 +11,6 @@ import datetime as _dt
 import json
 import os
 import re
-import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,25 +37,16 @@ def step_file_name(step: int) -> str:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that a reader sees either the old file or the whole new one.
 
-    The bytes go to a hidden temporary file in the same directory, are flushed to disk, and
-    the file is renamed over `path` (rename is atomic within one file system). A process
-    killed mid-write leaves at most a stray `.name.tmp*` file, which readers ignore.
+    The bytes go to a hidden temporary file beside it, are flushed to disk, and the file
+    is renamed over `path` (rename is atomic within one file system). A process killed
+    mid-write leaves at most a stray `.name.*.tmp` file, which readers ignore. Through a
+    symbolic link the file it points to is written; a FIFO or character device is
+    streamed to, never replaced (analyzer/output.py, the one writer). OSError on failure.
     """
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    # O_EXCL with mode 0o666 honours the umask, unlike tempfile.mkstemp's 0o600.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .output import opened
+
+    with opened(path) as f:
+        f.write(data)
 
 
 def _utc_now() -> str:
@@ -255,18 +245,20 @@ def _open_run(path: Path, worker: str, problems: list[str] | None = None) -> Run
         path=path,
         worker=worker,
         steps=steps,
-        graph=graph if _is_file(graph) else None,
-        op_log=op_log if _is_file(op_log) else None,
+        # There but not a readable regular file: kept, so that reading it says why
+        # ("cannot read", not "missing").
+        graph=graph if _exists(graph) else None,
+        op_log=op_log if _exists(op_log) else None,
         manifest=manifest,
         warnings=tuple(problems),
     )
 
 
-def _is_file(path: Path) -> bool:
-    """Path.is_file, False also when the folder cannot be searched (Python < 3.12 raises)."""
+def _exists(path: Path) -> bool:
+    """Something is at `path` (a file, a dangling link, a folder: anything but nothing)."""
     try:
-        return path.is_file()
-    except OSError:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
         return False
 
 
@@ -336,14 +328,12 @@ def _worker_name(path: Path, default: str | None) -> str:
 
 
 def check_output(path: str | os.PathLike[str]) -> Path:
-    """Raise RunlensError unless `path` can be a new file in an existing directory."""
-    p = Path(path)
-    if p.is_dir():
-        raise RunlensError(f"{p}: is a directory (give a file name, e.g. {p}/trace.json)")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise RunlensError(f"{p}: directory {parent} does not exist")
-    return p
+    """Raise RunlensError unless `path` can be written (analyzer/output.py's rules: a
+    regular file or a new path in a writable directory, a link to one, a FIFO, a
+    character device or - for standard output)."""
+    from .output import check
+
+    return check(path)
 
 
 def check_output_dir(directory: str | os.PathLike[str]) -> Path:

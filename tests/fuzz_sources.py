@@ -1,12 +1,22 @@
-"""Fuzz every source with mutated copies of its fixture (not part of pytest: slow).
+"""Fuzz every source at length (not part of pytest: slow): tests/test_faults_readers.py
+runs the same families, seeded and short, in CI.
 
-Each fixture file of fixtures/sources is truncated, overwritten at random bytes, grown by
-random bytes or has characters replaced; `analyze summary` (detected) and `analyze ops
---source KIND` must exit 0 or 2, never 3, and never print a traceback.
+Families (generators: tests/faults_readers.py):
+- mutated copies of a fixture of each reader (byte and bit flips, truncations, inserted
+  bytes and wire specials, deletions), read by `analyze summary` (detected) and
+  `analyze ops --source KIND`: exit 0 or 2 (one line naming the file), never 3, never a
+  traceback;
+- crafted JSON values (tests/faults_readers.JSON_CRAFTS) in a random event of a
+  timeline and of a trace.json.gz, the same check;
+- mutated .xplane.pb files read by the C decoder and by the protobuf walk: both refuse
+  or both read the same frames.
 
-    python tests/fuzz_sources.py [--iterations 40] [--seed 1]
+    python tests/fuzz_sources.py [--iterations 100] [--xplane 1500] [--seed 1]
+                                 [--budget 600]
 
-tests/test_sources.py checks the truncated case of every kind.
+`--budget` (seconds) is shared by the families in proportion to their counts; a family
+out of time stops and says how many it ran. Prints one line per family and exits 1 if
+any promise broke.
 """
 
 from __future__ import annotations
@@ -15,62 +25,120 @@ import argparse
 import random
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from click.testing import CliRunner  # noqa: E402
-from runlens.cli import main as cli_main  # noqa: E402
+from tests import faults_readers as fr  # noqa: E402
 
 SRC = ROOT / "fixtures" / "sources"
-FILES = [(SRC / "profilerhook" / "timeline-3.json", "timeline"),
-         (SRC / "runmetadata" / "run_metadata_1.pb", "runmetadata"),
+FILES = [(fr.TIMELINE, "timeline"), (fr.RUN_METADATA, "runmetadata"),
          (SRC / "runmetadata" / "run_metadata_2.pbtxt", "runmetadata"),
-         (SRC / "profilerhook" / "events.out.tfevents.0.fixture", "events"),
-         (SRC / "tfprof" / "profile_4", "tfprof"),
-         (ROOT / "fixtures" / "tracejson" / "keras_fit" / "plugins" / "profile" / "run1"
-          / "worker0.trace.json.gz", "tracejson")]
+         (fr.EVENTS, "events"), (SRC / "tfprof" / "profile_4", "tfprof"),
+         (fr.TRACE, "tracejson"), (fr.XPLANES[0], "xplane")]
 
 
-def mutate(raw: bytes, i: int, rng: random.Random) -> bytes:
-    b = bytearray(raw)
-    if i % 4 == 0:
-        return bytes(b[: rng.randrange(len(b))])
-    if i % 4 == 1:
-        for _ in range(rng.randrange(1, 20)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        return bytes(b)
-    if i % 4 == 2:
-        pos = rng.randrange(len(b))
-        b[pos:pos] = bytes(rng.randrange(256) for _ in range(50))
-        return bytes(b)
-    return raw.replace(b"1", b"x", 5)
+def _outcome(args: list[str], path: Path) -> str:
+    code, output = fr.cli_outcome(args)
+    if "Traceback" in output or code not in (0, 2):
+        return f"exit {code}"
+    if code == 2 and (len(output.strip().splitlines()) != 1 or path.name not in output):
+        return "exit 2, not one line naming the file"
+    return f"exit {code}"
+
+
+def mutated(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> bool:
+    ok = True
+    for f, kind in FILES:
+        raw = f.read_bytes()
+        seen: Counter[str] = Counter()
+        for i in range(iterations):
+            if time.monotonic() > deadline:
+                break
+            _, data = fr.mutate_file(raw, f.name, rng)
+            target = tmp / f"{kind}-{f.suffix}-{i}" / f.name
+            target.parent.mkdir()
+            target.write_bytes(data)
+            for args in (["summary", "--no-cache", str(target)],
+                         ["ops", "--no-cache", "--source", kind, str(target)]):
+                seen[_outcome(args, target)] += 1
+        ok &= _report(f"mutated {f.name} ({kind})", seen)
+    return ok
+
+
+def crafted(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> bool:
+    ok = True
+    for source, gz, name in ((fr.TIMELINE, False, "timeline-3.json"),
+                             (fr.TRACE, True, "host.trace.json.gz")):
+        seen: Counter[str] = Counter()
+        for i in range(iterations):
+            if time.monotonic() > deadline:
+                break
+            case = rng.choice(sorted(fr.JSON_CRAFTS))
+            doc = fr.json_doc(source.read_bytes(), gz)
+            fr.JSON_CRAFTS[case](doc, rng)
+            target = tmp / f"crafted-{gz}-{i}" / name
+            target.parent.mkdir()
+            target.write_bytes(fr.json_bytes(doc, gz))
+            seen[_outcome(["summary", "--no-cache", str(target)], target)] += 1
+        ok &= _report(f"crafted JSON values in {name}", seen)
+    return ok
+
+
+def xplane(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> bool:
+    files = [p.read_bytes() for p in fr.XPLANES]
+    seen: Counter[str] = Counter()
+    for i in range(iterations):
+        if time.monotonic() > deadline:
+            break
+        kind, data = fr.mutate(files[i % len(files)], rng)
+        path = tmp / f"x{i}.xplane.pb"
+        path.write_bytes(data)
+        try:
+            seen[f"both {fr.xplane_agree(path)}"] += 1
+        except AssertionError as e:
+            seen["exit disagree"] += 1
+            print(f"  disagree ({kind}): {str(e)[:200]}")
+        except Exception as e:  # noqa: BLE001 - an internal error: exit 3 in the CLI
+            seen["exit 3"] += 1
+            print(f"  internal error ({kind}): {type(e).__name__}: {str(e)[:200]}")
+        path.unlink()
+    return _report("mutated .xplane.pb, C decoder vs protobuf walk", seen)
+
+
+def _report(what: str, seen: Counter[str]) -> bool:
+    bad = sum(n for k, n in seen.items() if k not in ("exit 0", "exit 2", "both read",
+                                                      "both refused"))
+    print(f"{what}: {sum(seen.values())} runs, " +
+          ", ".join(f"{k}: {n}" for k, n in sorted(seen.items())) +
+          (f"  <-- {bad} broke a promise" if bad else ""))
+    return not bad
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--iterations", type=int, default=100, help="per fixture file")
+    ap.add_argument("--xplane", type=int, default=1500, help="mutated xplane files")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds, in all")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    bad = runs = 0
+    start = time.monotonic()
+    weights = [len(FILES) * a.iterations * 2, 2 * a.iterations, a.xplane]
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for f, kind in FILES:
-            raw = f.read_bytes()
-            for i in range(a.iterations):
-                target = Path(tmp) / f"{kind}{f.suffix}-{i}" / f.name
-                target.parent.mkdir()
-                target.write_bytes(mutate(raw, i, rng))
-                for args in (["summary", "--no-cache", str(target)],
-                             ["ops", "--no-cache", "--source", kind, str(target)]):
-                    result = CliRunner().invoke(cli_main, args)
-                    runs += 1
-                    if result.exit_code not in (0, 2) or "Traceback" in result.output:
-                        bad += 1
-                        print(kind, f.name, i, result.exit_code, result.output[-300:])
-    print(f"{runs} runs, {bad} bad")
-    return 1 if bad else 0
+        for family, count, weight in ((mutated, a.iterations, weights[0]),
+                                      (crafted, a.iterations, weights[1]),
+                                      (xplane, a.xplane, weights[2])):
+            share = a.budget * weight / sum(weights)
+            t = time.monotonic()
+            ok &= family(Path(tmp), count, rng, t + share)
+            print(f"  ({time.monotonic() - t:.1f} s)")
+    print(f"{time.monotonic() - start:.1f} s in all")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

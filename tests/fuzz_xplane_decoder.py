@@ -5,7 +5,7 @@ place of the compiled module, then
 1. runs tests/test_xplane.py through it (real profiles: every fixture, the public GPU one);
 2. feeds it mutated inputs: lines and planes of the captured fixtures truncated, with bits
    flipped or bytes spliced, decoded with random wanted stats and kept-event bitmaps
-   (`decode_line`, `split_plane`), and some whole mutated files through `read_file`
+   (`decode_line`, `decode_lines`, `split_plane`), and some whole mutated files through `read_file`
    (which must give frames or a one-line InputFileError, nothing else).
 Any memory error or undefined behaviour aborts with the sanitizer's report.
 
@@ -72,7 +72,7 @@ def fuzz(iterations: int, seed: int) -> None:
             for offset, length in plane._lines:
                 lines.append((bytes(plane._buf[offset: offset + length]), wanted))
     for data in files:
-        planes += [data[s: s + n] for s, n in xplane_wire._plane_spans(data)]
+        planes += [data[s: s + n] for s, n in native.split_plane(data, 1, 100)[0]]
     rng = random.Random(seed)
     accepted = whole = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,10 +94,24 @@ def fuzz(iterations: int, seed: int) -> None:
                 native.split_plane(_mutate(rng.choice(planes), rng))
             except ValueError:
                 pass
+            try:  # an XSpace, its strings checked as UTF-8
+                native.split_plane(_mutate(rng.choice(files), rng), 1, 100, 0b11100)
+            except ValueError:
+                pass
+            # A batch of lines, with spans that may point anywhere in (or past) the buffer.
+            buf = _mutate(rng.choice(files), rng)
+            spans = np.array([(rng.randint(-5, len(buf) + 5), rng.randint(-5, 5000))
+                              for _ in range(rng.randint(0, 6))], np.int64)
+            try:
+                native.decode_lines(buf, spans.tobytes(), ids, keep)
+            except ValueError:
+                pass
             n = rng.randint(0, 50)
             start = [rng.randint(-10, 10**6) for _ in range(n)]
             dur = [rng.randint(0, 10**5) for _ in range(n)]
+            group = np.sort(np.array([rng.randint(0, 3) for _ in range(n)], np.int64))
             native.self_times(np.sort(np.array(start, np.int64)), np.array(dur, np.int64))
+            native.self_times(np.array(start, np.int64), np.array(dur, np.int64), group)
             if it % 100 == 0:  # a whole mutated file: frames or one InputFileError
                 path.write_bytes(_mutate(rng.choice(files), rng))
                 try:

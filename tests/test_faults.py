@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -221,9 +223,13 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     baseline.write_text("{}")
     baseline.chmod(0o600)
     tmp_path.chmod(0o755)
+    # report checks its -o before reading (issue 25): a folder nobody may write to (not
+    # under pytest's, which only root may search), so that the run dir is what fails
+    out = Path(tempfile.mkdtemp(prefix="runlens-nobody-"))
+    out.chmod(0o777)
     commands = [["summary", str(target)], ["compare", str(target), str(target)],
                 ["compare", str(baseline), str(target)],
-                ["report", str(target), "-o", str(tmp_path / "nobody.html")]]
+                ["report", str(target), "-o", str(out / "nobody.html")]]
     # nobody cannot read this interpreter's own files (root's home): import what the
     # commands import lazily before the fork, by running them once here as root.
     from click.testing import CliRunner
@@ -255,6 +261,7 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     with os.fdopen(read_end) as f:
         results = json.loads(f.read() or "[]")
     os.waitpid(pid, 0)
+    shutil.rmtree(out, ignore_errors=True)
     assert len(results) == len(commands), "the child failed"
     for args, (exit_code, output) in zip(commands, results, strict=True):
         assert exit_code == 2, (args, output)

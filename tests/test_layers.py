@@ -31,12 +31,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("runlens.analyzer.errors", "runlens.analyzer.schema",
                     "runlens.analyzer.units", "runlens.analyzer.registries",
                     "runlens.analyzer.rundir", "runlens.analyzer.samejob",
+                    "runlens.analyzer.readfile", "runlens.analyzer.output",
                     "runlens.analyzer.digest", "runlens.analyzer.grouping",
                     "runlens.analyzer.background", "runlens.analyzer.proto",
                     "runlens.analyzer._stepstats", "runlens.analyzer._xplane",
                     "runlens.analyzer._tfprof", "runlens.analyzer._jsonrows")),
-    ("packages", ("runlens", "runlens.analyzer")),  # empty __init__ files
+    ("packages", ("runlens", "runlens.analyzer")),  # empty __init__ files (exactly)
 ]
+EXACT = {"packages"}  # layers whose names match whole module names, not prefixes
 INDEPENDENT = [("runlens.analyzer.gate", "runlens.analyzer.timeline")]
 
 
@@ -79,9 +81,9 @@ def _imports(name: str) -> list[tuple[int, str]]:
 
 def _layer(module: str) -> int:
     best = None
-    for i, (_, prefixes) in enumerate(LAYERS):
+    for i, (layer, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            if module == prefix or (layer not in EXACT and module.startswith(prefix + ".")):
                 if best is None or len(prefix) > best[1]:
                     best = (i, len(prefix))
     assert best is not None, f"{module}: in no layer of tests/test_layers.py"

@@ -151,7 +151,9 @@ def test_cache_of_a_timeline_file_follows_its_file(tmp_path):
     assert_frame_equal(_sorted_nodes(cached), _sorted_nodes(fresh))
     assert cached.lacks == fresh.lacks
     text = trace.read_text()
-    trace.write_text(text.replace('"ts": ', '"ts": 1', 1))  # another file now
+    # another file now (a "1" before a duration: a "1" before a ts made it 1.2e16 us,
+    # beyond int64 nanoseconds, which is refused by name now)
+    trace.write_text(text.replace('"dur": ', '"dur": 1', 1))
     assert not _sorted_nodes(load_run(trace)).equals(_sorted_nodes(fresh))
 
 

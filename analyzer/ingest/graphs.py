@@ -10,6 +10,7 @@ import polars as pl
 
 from ..errors import InputFileError
 from ..proto import graph_pb2, tfprof_log_pb2, types_pb2
+from ..readfile import read_bytes, shown
 from ..schema import CODE_SCHEMA, GRAPH_NODE_SCHEMA, OP_LOG_SCHEMA
 from .wire import PARSE_ERRORS, reason
 
@@ -78,11 +79,8 @@ def graph_nodes(graphs: Iterable[bytes], kind: str) -> pl.DataFrame:
 
 
 def ingest_graph_file(path: Path) -> pl.DataFrame:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    return ingest_graph_defs([raw], str(path), "graph")
+    raw = read_bytes(path, what="GraphDef")  # a regular file only, bounded
+    return ingest_graph_defs([raw], shown(path), "graph")
 
 
 # ----------------------------------------------------------------------------- op log
@@ -90,12 +88,12 @@ def ingest_graph_file(path: Path) -> pl.DataFrame:
 
 def ingest_op_log_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """op_log.pb -> (per-op float_ops and types, per-op code trace frames outermost first)."""
+    raw = read_bytes(path, what="OpLogProto")  # a regular file only, bounded
     try:
-        op_log = tfprof_log_pb2.OpLogProto.FromString(path.read_bytes())
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+        op_log = tfprof_log_pb2.OpLogProto.FromString(raw)
     except PARSE_ERRORS as e:
-        raise InputFileError(f"{path}: not a readable OpLogProto ({reason(e)})") from None
+        raise InputFileError(f"{shown(path)}: not a readable OpLogProto ({reason(e)})"
+                             ) from None
     return op_log_frames(((e.name, e.float_ops, list(e.types), e.code_def.traces)
                           for e in op_log.log_entries), dict(op_log.id_to_string))
 

@@ -23,6 +23,7 @@ from typing import IO, cast
 from ..background import Background
 from ..errors import RunlensError
 from ..model import Run
+from ..output import open_output
 from ..rundir import check_output, check_output_dir
 from ..timeline import TimelineOptions, Trace, build_trace
 
@@ -69,12 +70,25 @@ class _Writer:
             self.pool.close()
 
 
-def _stream(trace: Trace, out: IO[bytes], progress: Progress | None) -> int:
+class _Counted:
+    """A binary file that counts what is written (a FIFO or gzip cannot tell())."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return self._out.write(data)
+
+
+def _stream(trace: Trace, raw: IO[bytes], progress: Progress | None) -> int:
+    out = _Counted(raw)
     meta = [json.dumps(m, separators=(",", ":")) for m in trace.metadata]
     out.write(('{"traceEvents":[\n' + "\n,".join(meta) + "\n").encode())
     total = None  # known once every part is built (the last ones may still be building)
     done = 0
-    writer = _Writer(out)
+    writer = _Writer(cast(IO[bytes], out))
     try:
         for part in trace.parts:
             # One JSON object per row, each after the comma that separates it from the one
@@ -91,28 +105,18 @@ def _stream(trace: Trace, out: IO[bytes], progress: Progress | None) -> int:
         writer.close()
     other = json.dumps(trace.other, separators=(",", ":"))
     out.write(f'],"displayTimeUnit":"ms","otherData":{other}}}\n'.encode())
-    return out.tell()  # gzip: the uncompressed size
+    return out.count  # gzip: the uncompressed size
 
 
 def write_trace(trace: Trace, path: Path, progress: Progress | None = None) -> int:
-    """Write `trace` to `path` atomically; returns the bytes of JSON written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as raw:
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL,
-                                   mtime=0) as gz:
-                    size = _stream(trace, cast(IO[bytes], gz), progress)
-            else:
-                size = _stream(trace, raw, progress)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise RunlensError(f"{path}: cannot write ({e.strerror or e})") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return size
+    """Write `trace` to `path` (analyzer/output.py: atomically to a file, streamed to a
+    FIFO, a device or -); returns the bytes of JSON written."""
+    with open_output(path) as raw:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL,
+                               mtime=0) as gz:
+                return _stream(trace, cast(IO[bytes], gz), progress)
+        return _stream(trace, raw, progress)
 
 
 def _written(path: Path, options: TimelineOptions, trace: Trace, size: int) -> Written:

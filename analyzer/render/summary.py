@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..readfile import shown
 from ..units import fmt_us, lacks_by_reason
 
 SCHEMA = 1
@@ -12,7 +13,7 @@ SCHEMA = 1
 def summary_text(s: dict) -> str:
     t = s["step_time_us"]
     lines = [
-        f"run        {', '.join(s['paths'])}",
+        f"run        {', '.join(shown(p) for p in s['paths'])}",
         f"workers    {len(s['workers'])} ({', '.join(s['workers'])})",
         f"steps      {len(s['steps'])} ({_ranges(s['steps'])})",
         f"node stats {s['node_stats']:,} ({s['distinct_nodes']:,} distinct nodes, "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import rundir
+from .. import readfile, rundir
 from ..ingest.rundir import read_run_dir
 from . import Part, Progress, Selection, SourceFrames
 
@@ -72,9 +72,11 @@ def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]
 
 def _files(run: rundir.RunDir) -> tuple[str, ...]:
     """Every file a run dir's frames depend on: graph, op log, manifest, step files."""
-    files = [str(p) for p in (run.graph, run.op_log) if p is not None]
+    # graph.pb or op_log.pb that is not a regular file is read (and reported) but not
+    # digested for the cache key: a FIFO would block the cache writer.
+    files = [str(p) for p in (run.graph, run.op_log) if p is not None and readfile.regular(p)]
     manifest = run.path / rundir.MANIFEST
-    if manifest.is_file():
+    if readfile.regular(manifest):
         files.append(str(manifest))
     return (*files, *run.steps.values())
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
+from .. import ingest, readfile
 from ..errors import InputFileError, RunDirError
 from ..proto import config_pb2, graph_pb2
 from . import Part, Progress, Selection, SourceFrames
@@ -33,15 +34,16 @@ _TEXT_FIRST_FIELD = re.compile(rb"^\s*(?:#[^\n]*\n\s*)*([a-z_]+)\s*[{:<]")
 _NAMED_RUN_METADATA = re.compile(r"run[_-]?meta")  # not "metadata": keras_metadata.pb
 
 
+def _suffixed(name: str) -> bool:
+    return name.lower().endswith(SUFFIXES)
+
+
 def _has_suffix(path: Path) -> bool:
-    return path.is_file() and path.name.lower().endswith(SUFFIXES)
+    return _suffixed(path.name) and readfile.regular(path)
 
 
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    return readfile.read_bytes(path, what="RunMetadata")
 
 
 def _text_field(raw: bytes) -> str | None:
@@ -51,12 +53,17 @@ def _text_field(raw: bytes) -> str | None:
 
 
 def _is_run_metadata(raw: bytes) -> bool:
+    """Step stats whose first device is named "/...": read from the wire, not parsed
+    whole (a file of empty partition graphs or node stats would make GBs of objects)."""
     try:
-        md = config_pb2.RunMetadata.FromString(raw)
-    except (DecodeError, RuntimeError):
+        stats, _ = ingest.split_run_metadata(raw)
+        device = next((bytes(d) for n, d in ingest.split_fields(stats) if n == 1), None)
+        if device is None:
+            return False
+        name = next((bytes(v) for n, v in ingest.split_fields(device) if n == 1), b"")
+    except (DecodeError, IndexError):  # IndexError: a varint cut short
         return False
-    devices = md.step_stats.dev_stats
-    return bool(devices) and all(d.device.startswith("/") for d in devices)
+    return name.startswith(b"/")
 
 
 def kind_of(path: Path) -> str | None:
@@ -82,9 +89,10 @@ def message_bytes(path: Path, message: type) -> bytes:
         return raw
     try:
         return text_format.Parse(raw.decode(), message()).SerializeToString()
-    except (text_format.ParseError, UnicodeDecodeError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputFileError(f"{path}: not a readable text-format "
+    except (text_format.ParseError, ValueError, RecursionError) as e:  # UnicodeDecodeError
+        first = ("nested too deeply" if isinstance(e, RecursionError) else
+                 str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise InputFileError(f"{readfile.shown(path)}: not a readable text-format "
                              f"{message.__name__} ({first})") from None
 
 
@@ -106,8 +114,10 @@ class RunMetadataSource:
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
         folder = path if path.is_dir() else path.parent
         if not path.exists():
-            raise RunDirError(f"{path}: no such file or directory")
-        candidates = sorted(p for p in folder.iterdir() if _has_suffix(p))
+            raise RunDirError(f"{readfile.shown(path)}: no such file or directory")
+        candidates, problems = readfile.scan(folder, _suffixed)
+        if not path.is_dir():
+            problems = []  # the folder beside a lone file is not what was asked for
         steps, graphs = [], []
         for p in candidates:
             try:
@@ -121,9 +131,11 @@ class RunMetadataSource:
         if path.is_file() and path not in steps:
             steps = [path]  # forced with --source: read it, and say why not if it is not
         if not steps:
-            raise RunDirError(f"{path}: no RunMetadata file (.pb or .pbtxt)")
+            raise RunDirError(f"{readfile.shown(path)}: no RunMetadata file (.pb or .pbtxt)"
+                              + (f" ({problems[0]})" if problems else ""))
         files = (*(str(p) for p in steps), *(str(p) for p in graphs))
-        return [Part(self.kind, path, "worker:0", files, detail=(steps, graphs))]
+        return [Part(self.kind, path, "worker:0", files, detail=(steps, graphs),
+                     warnings=tuple(problems))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         steps, graphs = part.detail

@@ -30,8 +30,9 @@ import numpy as np
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from .. import ingest
+from .. import ingest, readfile
 from ..errors import InputFileError, RunDirError
+from ..ingest.wire import field_spans
 from ..proto import graph_pb2, tfprof_log_pb2
 from . import Part, Progress, Selection, SourceFrames, damage
 
@@ -61,18 +62,37 @@ def _candidates(folder: Path) -> list[tuple[int, Path]]:
 
 
 def parse(path: Path, raw: bytes | None = None) -> tfprof_log_pb2.ProfileProto:
+    raw = readfile.read_bytes(path, what="ProfileProto") if raw is None else raw
     try:
-        raw = path.read_bytes() if raw is None else raw
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
+        _check_crowded(raw)
         profile = tfprof_log_pb2.ProfileProto.FromString(raw)
-    except (DecodeError, RuntimeError) as e:
+    except (DecodeError, RuntimeError, ValueError) as e:
         raise InputFileError(f"{path}: not a tfprof ProfileProto ({e})"
                              + damage.hint(raw)) from None
     if not profile.nodes or not profile.steps:
         raise InputFileError(f"{path}: not a tfprof ProfileProto (no nodes or no steps)")
     return profile
+
+
+_CROWDED = 1_000_000  # map entries (nodes, strings) any profile may hold
+_ENTRY_BYTES = 16  # of the file per entry, at least, for a profile of more
+
+
+def _check_crowded(raw: bytes) -> None:
+    """ValueError for more than _CROWDED top-level entries averaging under _ENTRY_BYTES:
+    protobuf makes each an object of ~100 bytes (20 MB of empty `nodes` entries took
+    1.9 GB), while a real node holds a name and an op, a real string a file name."""
+    if len(raw) < 2 * _CROWDED:  # an entry takes 2 bytes at least
+        return
+    count = 0
+    try:  # counted, never listed
+        for _ in field_spans(raw):
+            count += 1
+    except (DecodeError, IndexError):
+        return  # the wire cannot be followed here (groups): protobuf decides
+    if count > _CROWDED and len(raw) < _ENTRY_BYTES * count:
+        raise ValueError(f"{count:,} entries in {len(raw):,} bytes (under {_ENTRY_BYTES} "
+                         "each: nodes without names)")
 
 
 def _looks_like_profile(path: Path) -> bool:
@@ -86,6 +106,8 @@ def _looks_like_profile(path: Path) -> bool:
 def _starts_like_profile(path: Path) -> bool:
     """A ProfileProto's first field is a `nodes` entry (field 1, length-delimited) or
     has_trace/steps; cheap enough for detection (reading parses the whole file)."""
+    if not readfile.regular(path):  # a FIFO would block the open
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(1) in (b"\x0a", b"\x10", b"\x18", b"\x1a")
@@ -248,23 +270,24 @@ class TfprofSource:
         return path.is_file() and _looks_like_profile(path)
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        problems: list[str] = []
         if path.is_dir():
             found = _candidates(path)
+            # FIFOs, devices named profile_<step>: reported, never opened
+            problems = readfile.scan(path, lambda n: bool(_PROFILE_RE.match(n)))[1]
             if not found:
-                raise RunDirError(f"{path}: no profile_<step> file")
+                raise RunDirError(f"{readfile.shown(path)}: no profile_<step> file"
+                                  + (f" ({problems[0]})" if problems else ""))
             file = found[-1][1]  # the latest dump holds every step before it
-        elif path.is_file():
-            file = path
+        elif path.exists():
+            file = path  # not a regular file: reading it says so
         else:
-            raise RunDirError(f"{path}: no such file or directory")
-        return [Part(self.kind, path, "worker:0", (str(file),))]
+            raise RunDirError(f"{readfile.shown(path)}: no such file or directory")
+        return [Part(self.kind, path, "worker:0", (str(file),), warnings=tuple(problems))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         path = Path(part.files[0])
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
+        raw = readfile.read_bytes(path, what="ProfileProto")
         profile = parse(path, raw)
         try:
             op_log, code = _op_log_and_code(profile)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import json
 import zlib
 from operator import itemgetter
 from pathlib import Path
@@ -37,13 +36,9 @@ from typing import Any
 
 import polars as pl
 
-try:  # 2-3x faster than json on ProfilerHook's files (benchmarks/README.md "Sources")
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover - orjson is a dependency; json does the same work
-    _fast_loads = json.loads  # type: ignore[assignment]
-
+from .. import readfile
 from ..errors import InputFileError, RunDirError
-from . import Part, Progress, Selection, SourceFrames
+from . import Part, Progress, Selection, SourceFrames, jsonfile
 from .stepnumbers import by_number, distinct_steps, number_in
 
 Event = dict[str, Any]
@@ -52,17 +47,26 @@ _WHY = "not in tf.timeline files"
 # args keys in the order tf.timeline writes them, by their number (name, op, input0, ...)
 _ARG_KEYS = [["name", "op"][:n] + [f"input{i}" for i in range(n - 2)] for n in range(256)]
 LACKS = {"memory": _WHY, "outputs": _WHY, "code": _WHY, "graph": _WHY}
+# Microseconds (ts, dur): their sum times 1000 (nanoseconds) fits int64.
+_US = 2**52
+_MATCHED_LANES = 128  # at most: match_lanes compares every pair of lanes
 
 
 # ----------------------------------------------------------------------------- reading
 
 
+def _trace_name(name: str) -> bool:
+    name = name.lower()
+    return name.endswith(".json") or name.endswith(".json.gz")
+
+
 def _is_trace_file(path: Path) -> bool:
-    name = path.name.lower()
-    return path.is_file() and (name.endswith(".json") or name.endswith(".json.gz"))
+    return _trace_name(path.name) and readfile.regular(path)
 
 
 def _head(path: Path, size: int = 4096) -> bytes:
+    if not readfile.regular(path):  # a FIFO would block the open
+        return b""
     try:
         opener = gzip.open if path.name.lower().endswith(".gz") else open
         with opener(path, "rb") as f:
@@ -82,22 +86,11 @@ def _looks_like_timeline(path: Path) -> bool:
 def load_events(path: str | Path) -> list[Event]:
     """The trace events of a tf.timeline file; InputFileError naming it when it is not."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        if path.name.lower().endswith(".gz"):
-            raw = gzip.decompress(raw)
-        try:
-            data = _fast_loads(raw)
-        except ValueError:  # json's message, and what json accepts (NaN, UTF-16)
-            data = json.loads(raw)
-    except (ValueError, EOFError, OSError, zlib.error) as e:  # OSError: BadGzipFile
-        raise InputFileError(f"{path}: not a tf.timeline trace (not JSON: {e})") from None
+    data = jsonfile.load(path, "a tf.timeline trace")
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
-        raise InputFileError(f"{path}: not a tf.timeline trace (no traceEvents list)")
+        raise InputFileError(f"{readfile.shown(path)}: not a tf.timeline trace (no "
+                             "traceEvents list)")
     return events
 
 
@@ -166,6 +159,8 @@ def match_lanes(run: list[Event], reference: list[Event], pids: list[int]) -> di
     Starts from the identity and swaps two lanes' devices while that strictly raises the
     summed Jaccard similarity of (node name, op) sets; identical lanes stay as they are.
     """
+    if len(pids) > _MATCHED_LANES:  # no real trace has that many devices: not matched
+        return {p: p for p in pids}
     ours, ref = _name_sets(run, pids), _name_sets(reference, pids)
     sim = {(p, q): _jaccard(ours[p], ref[q]) for p in pids for q in pids}
     mapping = {p: p for p in pids}
@@ -235,8 +230,8 @@ def _rows(events: list[Event], mapping: dict[int, int], lanes: dict[int, str], s
     traced = {pid for pid, d in devices.items() if is_gputrace_device(d)}
     pids = [e["pid"] for e in events]
     args = [e["args"] for e in events]
-    names = [a["name"] for a in args]
-    ops = [a["op"] for a in args]
+    names = jsonfile.strings([a["name"] for a in args], "args.name")
+    ops = jsonfile.strings([a["op"] for a in args], "args.op")
     keys = _ARG_KEYS
     labels = [f"{a['name']} = {a['op']}({', '.join(list(a.values())[2:])})"
               if len(a) < 256 and list(a) == keys[len(a)] else _label(a) for a in args]
@@ -246,9 +241,9 @@ def _rows(events: list[Event], mapping: dict[int, int], lanes: dict[int, str], s
     cols["lane"].extend([devices[p] for p in pids])
     cols["node_name"].extend(names)
     cols["timeline_label"].extend(labels)
-    cols["all_start_us"].extend(map(int, [e["ts"] for e in events]))
-    cols["dur_us"].extend(map(int, [e["dur"] for e in events]))
-    cols["thread_id"].extend(map(int, [e["tid"] for e in events]))
+    cols["all_start_us"].extend(jsonfile.ints([e["ts"] for e in events], "ts", -_US, _US))
+    cols["dur_us"].extend(jsonfile.ints([e["dur"] for e in events], "dur", -_US, _US))
+    cols["thread_id"].extend(jsonfile.ints([e["tid"] for e in events], "tid", 0, 2**32 - 1))
     cols["step"].extend([step] * len(events))
     cols["exec_idx"].extend(range(len(events)))
 
@@ -259,16 +254,17 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
 
     `first_step`: the step its (first) run is; `one_step`: never split it."""
     events = load_events(path)
+    name = readfile.shown(path)
     mark = len(cols["step"])
     try:
         lanes, ops = lanes_and_ops(events)
         if not lanes:
             if any(isinstance(e, dict) and e.get("ph") == "M"
                    and (e.get("args") or {}).get("name") == "Allocators" for e in events):
-                raise InputFileError(f"{path}: a tf.timeline of a step with no traced ops "
+                raise InputFileError(f"{name}: a tf.timeline of a step with no traced ops "
                                      "(no '<device> Compute' process: was the step run "
                                      "with trace_level=FULL_TRACE?)")
-            raise InputFileError(f"{path}: not a tf.timeline trace (no '<device> Compute' "
+            raise InputFileError(f"{name}: not a tf.timeline trace (no '<device> Compute' "
                                  "process)")
         if one_step:  # one session.run: its lanes in pid order, as dev_stats were
             ops = [e for e in ops if e.get("pid") in lanes]
@@ -279,14 +275,19 @@ def file_rows(path: Path, first_step: int | None, one_step: bool,
         start = first_step if first_step is not None else 1
         for i, (run, mapping) in enumerate(runs):
             _rows(run, mapping, lanes, start + i, cols)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+            RecursionError) as e:
         for values in cols.values():
             del values[mark:]
-        raise InputFileError(f"{path}: not a tf.timeline trace (bad event: "
-                             f"{type(e).__name__}: {e})") from None
+        raise InputFileError(f"{name}: not a tf.timeline trace (bad event: "
+                             f"{type(e).__name__}: {_first_line(e)})") from None
     if len(cols["step"]) == mark:
-        raise InputFileError(f"{path}: tf.timeline trace without op executions")
+        raise InputFileError(f"{name}: tf.timeline trace without op executions")
     return len(runs)
+
+
+def _first_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
 
 
 def nodes_frame(cols: dict[str, list]) -> pl.DataFrame:
@@ -321,15 +322,19 @@ class TimelineSource:
         return _is_trace_file(path) and _looks_like_timeline(path)
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
+        problems: list[str] = []
         if path.is_dir():
-            files = by_number(p for p in path.iterdir() if _is_trace_file(p))
+            found, problems = readfile.scan(path, _trace_name)
+            files = by_number(found)
             if not files:
-                raise RunDirError(f"{path}: no timeline-*.json file")
-        elif path.is_file():
-            files = [path]
+                raise RunDirError(f"{readfile.shown(path)}: no timeline-*.json file"
+                                  + (f" ({problems[0]})" if problems else ""))
+        elif path.exists():
+            files = [path]  # not a regular file: reading it says so
         else:
-            raise RunDirError(f"{path}: no such file or directory")
-        return [Part(self.kind, path, "worker:0", tuple(str(f) for f in files))]
+            raise RunDirError(f"{readfile.shown(path)}: no such file or directory")
+        return [Part(self.kind, path, "worker:0", tuple(str(f) for f in files),
+                     warnings=tuple(problems))]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         if part.path.is_dir():
@@ -337,7 +342,7 @@ class TimelineSource:
         else:
             frame, warnings = _read_lone(Path(part.files[0])), []
         if frame is None:
-            raise RunDirError(f"{part.path}: no readable tf.timeline file "
+            raise RunDirError(f"{readfile.shown(part.path)}: no readable tf.timeline file "
                               f"({len(warnings)} skipped; first: "
                               f"{warnings[0] if warnings else 'none'})")
         return SourceFrames({"nodes": frame}, warnings, dict(LACKS))

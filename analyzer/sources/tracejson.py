@@ -19,19 +19,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
 from pathlib import Path
 from typing import Any
 
-try:  # 2-3x faster than json on large traces (benchmarks/README.md "Sources")
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover - orjson is a dependency; json does the same work
-    _fast_loads = json.loads  # type: ignore[assignment]
-
+from .. import readfile
 from ..errors import InputFileError, RunDirError
 from ..proto import xplane_pb2
-from . import Part, Progress, Selection, SourceFrames, damage
+from . import Part, Progress, Selection, SourceFrames, jsonfile
 from .xplane import SUFFIX as XPLANE_SUFFIX
 from .xplane import profile_runs, read_file
 from .xplane_wire import Plane
@@ -41,14 +38,16 @@ SUFFIXES = (".trace.json.gz", ".trace.json")
 _HEAD = re.compile(rb'"name"\s*:\s*"/(host|device):')
 _INT64 = range(-(2**63), 2**63)
 _UINT64 = range(2**64)
+_MAX_PS = 2**61  # ts and dur in picoseconds, at most: their sums fit int64
 
 
 def _trace_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.name.endswith(SUFFIXES))
+    return readfile.scan(folder, lambda name: name.endswith(SUFFIXES))[0]
 
 
 def _head(path: Path) -> bytes:
+    if not readfile.regular(path):  # a FIFO would block the open
+        return b""
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rb") as f:
@@ -81,32 +80,39 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def _worker(path: Path) -> str:
-    name = path.name
+    name = readfile.shown(path.name)
     for suffix in SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
-    return path.stem
+    return readfile.shown(path.stem)
 
 
 def load(path: Path) -> list[dict[str, Any]]:
     """The trace events; InputFileError naming the file when it is not such a trace."""
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = gzip.decompress(raw) if path.name.endswith(".gz") else raw
-        try:
-            data = _fast_loads(text)
-        except ValueError:
-            data = json.loads(text)
-    except (ValueError, EOFError, OSError, zlib.error) as e:  # OSError: BadGzipFile
-        raise InputFileError(f"{path}: not a trace viewer JSON ({e})"
-                             + damage.hint(raw[:65536])) from None
+    data = jsonfile.load(path, "a trace viewer JSON")
     events = data.get("traceEvents") if isinstance(data, dict) else None
     if not isinstance(events, list):
-        raise InputFileError(f"{path}: not a trace viewer JSON (no traceEvents list)")
+        raise InputFileError(f"{readfile.shown(path)}: not a trace viewer JSON (no "
+                             "traceEvents list)")
     return events
+
+
+def _ps(value: Any, field: str) -> int:
+    """Microseconds (the trace viewer's ts, dur) as integer picoseconds, within the range
+    whose sums fit int64; ValueError naming `field` otherwise."""
+    us = float(value)
+    if not math.isfinite(us) or abs(us) * 1e6 > _MAX_PS:
+        raise ValueError(f"{field} {value!r:.40} is out of range (|{field}| <= "
+                         f"{_MAX_PS / 1e6:.4g} us)")
+    return round(us * 1e6)
+
+
+def _tid(value: Any) -> int:
+    """A thread id as a line id (int64); ValueError naming it otherwise."""
+    tid = int(value)
+    if tid not in _INT64:
+        raise ValueError(f"tid {value!r:.40} is out of range (int64)")
+    return tid
 
 
 def _set_value(stat: Any, value: Any) -> None:
@@ -139,7 +145,7 @@ def xspace(events: list[dict[str, Any]]) -> xplane_pb2.XSpace:
     for e in events:
         if (isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name"
                 and e.get("pid") in planes):
-            line = planes[e["pid"]][0].lines.add(id=int(e["tid"]),
+            line = planes[e["pid"]][0].lines.add(id=_tid(e["tid"]),
                                                  name=str(e["args"]["name"]))
             lines[(e["pid"], e["tid"])] = line
     for e in events:
@@ -148,7 +154,7 @@ def xspace(events: list[dict[str, Any]]) -> xplane_pb2.XSpace:
         plane, event_ids, stat_ids = planes[e["pid"]]
         line = lines.get((e["pid"], e["tid"]))
         if line is None:
-            line = plane.lines.add(id=int(e["tid"]), name=str(e["tid"]))
+            line = plane.lines.add(id=_tid(e["tid"]), name=str(e["tid"]))
             lines[(e["pid"], e["tid"])] = line
         args = e.get("args") or {}
         name = str(args.get("long_name", e["name"]))
@@ -160,8 +166,8 @@ def xspace(events: list[dict[str, Any]]) -> xplane_pb2.XSpace:
             mid = event_ids[name] = len(event_ids) + 1
             plane.event_metadata[mid].CopyFrom(xplane_pb2.XEventMetadata(
                 id=mid, name=name, display_name=str(e["name"])))
-        event = line.events.add(metadata_id=mid, offset_ps=round(float(e["ts"]) * 1e6),
-                                duration_ps=round(float(e.get("dur", 0)) * 1e6))
+        event = line.events.add(metadata_id=mid, offset_ps=_ps(e["ts"], "ts"),
+                                duration_ps=_ps(e.get("dur", 0), "dur"))
         for key, value in args.items():
             if key == "long_name":
                 continue
@@ -190,29 +196,35 @@ class TraceJsonSource:
         if chosen.profile_run is not None:
             raise RunDirError(f"{path}: --profile-run reads .xplane.pb profile runs; point "
                               "at the run folder of the trace files instead")
-        files = trace_files(path) or ([path] if path.is_file() else [])
+        files = trace_files(path) or ([path] if path.exists() and not path.is_dir() else [])
         if not files:
-            raise RunDirError(f"{path}: no *.trace.json.gz file (not a profile plugin "
-                              "trace)")
+            raise RunDirError(f"{readfile.shown(path)}: no *.trace.json.gz file (not a "
+                              "profile plugin trace)")
+        problems = (readfile.scan(files[0].parent, lambda n: n.endswith(SUFFIXES))[1]
+                    if path.is_dir() else [])  # FIFOs, devices named like one: skipped
         return [Part(kind=self.kind, path=f, worker=_worker(f), files=(str(f),),
-                     detail=tuple(files)) for f in files]
+                     detail=tuple(files), warnings=tuple(problems) if i == 0 else ())
+                for i, f in enumerate(files)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
         try:
             space = xspace(load(part.path))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InputFileError(f"{part.path}: not a trace viewer JSON (bad event: "
-                                 f"{type(e).__name__}: {e})") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+                RecursionError) as e:
+            first = " ".join(str(e).split())[:200]
+            raise InputFileError(f"{readfile.shown(part.path)}: not a trace viewer JSON "
+                                 f"(bad event: {type(e).__name__}: {first})") from None
         planes = [Plane(p, list(p.lines)) for p in space.planes]
         if not planes:
-            raise InputFileError(f"{part.path}: a trace with no processes (not a profile?)")
+            raise InputFileError(f"{readfile.shown(part.path)}: a trace with no processes "
+                                 "(not a profile?)")
         result = read_file(part.path, part.worker, jobs=jobs, planes=planes)
         result.lacks.setdefault("allocations",
                                 "the trace viewer draws allocator events as counters")
         if result.lacks.get("graph", "").startswith("JAX"):  # XLA thunks, no HLO module
             result.warnings.append(
-                f"{part.path}: a JAX/XLA trace: the trace viewer's JSON holds no HLO "
-                "module, so XLA ops have no op types or scopes here (read the .xplane.pb)")
+                f"{readfile.shown(part.path)}: a JAX/XLA trace: the trace viewer's JSON holds "
+                "no HLO module, so XLA ops have no op types or scopes here (read the .xplane.pb)")
         if progress:
             progress(1, 1)
         return result

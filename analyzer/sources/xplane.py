@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from .. import ingest, schema
+from .. import ingest, readfile, schema
 from ..errors import InputFileError, RunDirError
 from ..proto import config_pb2
 from . import Part, Progress, Selection, SourceFrames
@@ -36,7 +36,12 @@ LACKS_ALWAYS = {
 
 
 def _worker(path: Path) -> str:
-    return path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
+    name = readfile.shown(path.name)
+    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else readfile.shown(path.stem)
+
+
+def _named(name: str) -> bool:
+    return name.endswith(SUFFIX)
 
 
 def profile_root(logdir: Path) -> Path | None:
@@ -74,18 +79,23 @@ def profile_runs(logdir: Path, suffix: str = SUFFIX) -> list[Path]:
 
 def xplane_files(path: Path, profile_run: str | None = None) -> list[Path]:
     """The .xplane.pb files `path` stands for (empty when it is none of the three forms)."""
-    if path.is_file():
-        return [path] if path.name.endswith(SUFFIX) else []
+    return _found(path, profile_run)[0]
+
+
+def _found(path: Path, profile_run: str | None = None) -> tuple[list[Path], list[str]]:
+    """xplane_files, and one line per entry named like one that is not a regular file
+    (a FIFO, a device, a folder, a dangling link: reported and skipped, never opened)."""
     if not path.is_dir():
-        return []
-    direct = sorted(path.glob(f"*{SUFFIX}"))
-    if direct and profile_run is None:
+        named = path.name.endswith(SUFFIX) and path.exists()
+        return ([path] if named else []), []  # not a regular file: reading it says so
+    direct = readfile.scan(path, _named)
+    if (direct[0] or direct[1]) and profile_run is None:
         return direct
     runs = profile_runs(path)
     if not runs:
-        return []
+        return [], []
     run = runs[-1] if profile_run is None else profile_run_folder(path, profile_run)
-    return sorted(run.glob(f"*{SUFFIX}"))
+    return readfile.scan(run, _named)
 
 
 def profile_run_folder(logdir: Path, name: str) -> Path:
@@ -103,18 +113,17 @@ def profile_run_folder(logdir: Path, name: str) -> Path:
 
 def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[str]]:
     """The partition graphs of runlens.graphs.pb (a RunMetadata of function graphs)."""
-    if graphs is None or not graphs.is_file():
+    if graphs is None or not graphs.exists():
         return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), []
     try:
-        meta = config_pb2.RunMetadata.FromString(graphs.read_bytes())
-    except OSError as e:
-        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
-            f"{graphs}: cannot read ({e.strerror or e}); no dataflow graph"]
+        meta = config_pb2.RunMetadata.FromString(readfile.read_bytes(graphs))
+    except InputFileError as e:
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [f"{e}; no dataflow graph"]
     except (DecodeError, RuntimeError) as e:
         return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
-            f"{graphs}: not a readable RunMetadata ({e}); no dataflow graph"]
+            f"{readfile.shown(graphs)}: not a readable RunMetadata ({e}); no dataflow graph"]
     defs = [g.SerializeToString() for fg in meta.function_graphs for g in fg.partition_graphs]
-    frame = ingest.ingest_graph_defs(defs, str(graphs), "partition")
+    frame = ingest.ingest_graph_defs(defs, readfile.shown(graphs), "partition")
     return frame.unique(subset=["name"], keep="first", maintain_order=True), []
 
 
@@ -151,12 +160,14 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         planes = planes_of(path, native)
     try:
         ops, extra = read_planes(planes, jobs)
-    except (ValueError, DecodeError) as e:  # a malformed line or event inside the planes
-        raise InputFileError(f"{path}: not a readable XSpace profile ({e})") from None
+    except (ValueError, DecodeError, OverflowError) as e:  # a malformed line or event
+        raise InputFileError(f"{readfile.shown(path)}: not a readable XSpace profile "
+                             f"({e})") from None
     if not ops.start_ps:
-        raise InputFileError(f"{path}: no op events (a TF2/JAX profile of no op?)")
+        raise InputFileError(f"{readfile.shown(path)}: no op events (a TF2/JAX profile of "
+                             "no op?)")
     frames = frames_of(ops, extra, worker)
-    warnings = [f"{path}: {w}" for w in extra.warnings]
+    warnings = [f"{readfile.shown(path)}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
     graphs = path.parent / GRAPHS_FILE
     # JAX: XLA:CPU thunks named by HLO ops, or (GPU/TPU) HLO modules on the metadata
@@ -202,20 +213,23 @@ class XPlaneSource:
 
     def accepts(self, path: Path) -> bool:
         try:
-            return bool(xplane_files(path))
+            files, problems = _found(path)
         except RunDirError:
             return True
+        return bool(files or problems)
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
-        files = xplane_files(path, chosen.profile_run)
+        files, problems = _found(path, chosen.profile_run)
         if not files:
-            raise RunDirError(f"{path}: no *{SUFFIX} file (not a TF2/JAX profile)")
+            raise RunDirError(f"{readfile.shown(path)}: no *{SUFFIX} file (not a TF2/JAX "
+                              "profile" + (f"; {problems[0]}" if problems else "") + ")")
         parts = []
         for f in files:
             graphs = f.parent / GRAPHS_FILE
-            deps = (str(f),) + ((str(graphs),) if graphs.is_file() else ())
+            deps = (str(f),) + ((str(graphs),) if readfile.regular(graphs) else ())
             parts.append(Part(kind=self.kind, path=f, worker=_worker(f), files=deps,
-                              detail=tuple(files)))
+                              detail=tuple(files), warnings=tuple(problems)))
+            problems = []  # said once, with the first part
         return parts
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:

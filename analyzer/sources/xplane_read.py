@@ -32,7 +32,7 @@ from .. import schema
 from . import xplane_wire
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
-from .xplane_wire import ABSENT, OTHER, Line, Plane
+from .xplane_wire import ABSENT, OTHER, Line, Lines, Plane
 
 HOST_LANE = "/device:CPU:0"  # canonical device lane: tfprof counts it as CPU time
 _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
@@ -74,7 +74,7 @@ class Ops:
             self.lanes.append(lane)
         return self.lanes.index(lane)
 
-    def add(self, lane: int, thread: int, start: np.ndarray, dur: np.ndarray,
+    def add(self, lane: int, thread: int | np.ndarray, start: np.ndarray, dur: np.ndarray,
             own: np.ndarray, name: np.ndarray, group: np.ndarray) -> None:
         self.lane.append(np.full(len(start), lane, np.int32))
         self.thread.append(np.full(len(start), thread, np.int32))
@@ -114,23 +114,30 @@ def parse_op_name(name: str) -> tuple[int, str, str]:
     return _OTHER, name, ""
 
 
-def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+def self_times(start: np.ndarray, dur: np.ndarray, line: np.ndarray | None = None
+               ) -> np.ndarray:
     """Each event's duration less the durations of the events directly nested in it
-    (events of one line nest properly, as TraceMe scopes do)."""
-    if len(start) < 2 or bool(np.all(start[1:] > start[:-1])):
+    (events of one line nest properly, as TraceMe scopes do; `line`: the line of each
+    event when they come from several, which never nest in one another)."""
+    group = np.zeros(len(start), np.int64) if line is None else line
+    same = group[1:] == group[:-1]
+    if len(start) < 2 or bool(np.all((group[1:] > group[:-1]) | (same & (start[1:] > start[:-1])))):
         order = np.arange(len(start))  # already in time order (a line usually is)
     else:
-        order = np.lexsort((-dur, start))
+        order = np.lexsort((-dur, start, group))
     s, d = np.ascontiguousarray(start[order]), np.ascontiguousarray(dur[order])
+    g = np.ascontiguousarray(group[order])
     end = s + d
-    if len(s) < 2 or bool(np.all(s[1:] >= np.maximum.accumulate(end)[:-1])):
+    if len(s) < 2 or (bool(np.all(s[1:] >= end[:-1])) and bool(np.all(d >= 0))):
         return dur.copy()  # nothing nests (the common case): self time = duration
     if xplane_wire._xplane is not None:
-        out = np.frombuffer(xplane_wire._xplane.self_times(s, d), np.int64)
+        out = np.frombuffer(xplane_wire._xplane.self_times(s, d, g), np.int64)
     else:
         out = d.copy()
         stack: list[int] = []
         for i in range(len(s)):
+            if i and g[i] != g[i - 1]:
+                stack = []
             while stack and s[i] >= end[stack[-1]]:
                 stack.pop()
             if stack:
@@ -148,7 +155,7 @@ def _value(stat: Any, names: dict[int, str]) -> Any:
     return getattr(stat, kind) if kind else None
 
 
-def _stat_of(line: Line, i: int, stat_id: int, names: dict[int, str]) -> Any:
+def _stat_of(line: Line | Lines, i: int, stat_id: int, names: dict[int, str]) -> Any:
     """The value of stat `stat_id` of event i, whatever its type (protobuf)."""
     for s in line.event(int(i)).stats:
         if s.metadata_id == stat_id:
@@ -156,7 +163,7 @@ def _stat_of(line: Line, i: int, stat_id: int, names: dict[int, str]) -> Any:
     return None
 
 
-def texts(plane: Plane, line: Line, stat_id: int | None, index: np.ndarray
+def texts(plane: Plane, line: Line | Lines, stat_id: int | None, index: np.ndarray
           ) -> tuple[np.ndarray, list[str]]:
     """The text value of stat `stat_id` of the events at `index`, as (code per event, the
     distinct texts): refs name a stat metadata, strings are read once per distinct value
@@ -223,7 +230,7 @@ def _wanted(plane: Plane, *names: str) -> tuple[int, ...]:
     return tuple(plane.stat_ids[n] for n in names if n in plane.stat_ids)
 
 
-def _groups(line: Line, group_stat: int | None, index: np.ndarray) -> np.ndarray:
+def _groups(line: Line | Lines, group_stat: int | None, index: np.ndarray) -> np.ndarray:
     if group_stat is None:
         return np.full(len(index), -1, np.int64)
     g = line.stats[group_stat][index]
@@ -248,10 +255,12 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
     # hlo_op stat: then all).
     keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
-    for thread, line in enumerate(plane.lines(wanted, jobs, keep)):
+    # Lines in batches (xplane_wire.Lines: their events as one set of columns); an
+    # event's thread is its line's number in the plane.
+    for line in plane.batches(wanted, jobs, keep):
         if not len(line.mid):
             continue
-        base_ps = line.timestamp_ns * 1000
+        thread, start_ps = line.first + line.line_of, line.start_ps
         code = _lookup(ids, codes, line.mid, _OTHER)
         node = _lookup(ids, node_of, line.mid, -1)
         if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
@@ -273,15 +282,16 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                 node[thunk] = np.array(named, np.int64)[inverse]
         index = np.flatnonzero(node >= 0)
         if len(index):
-            off, dur = line.off[index], line.dur[index]
-            ops.add(lane, thread, base_ps + off, dur, self_times(off, dur), node[index],
+            start, dur, threads = start_ps[index], line.dur[index], thread[index]
+            ops.add(lane, threads, start, dur, self_times(start, dur, threads), node[index],
                     _groups(line, group_stat, index))
-            ops.threads[(HOST_LANE, thread)] = line.name
+            for t in np.unique(threads).tolist():
+                ops.threads[(HOST_LANE, t)] = line.names[t - line.first]
         for m in np.flatnonzero(code == _MARKER).tolist():
             step = line.stats[step_stat][m] if step_stat is not None else ABSENT
             if step not in (ABSENT, OTHER):
-                start = base_ps + int(line.off[m])
-                extra.markers.append((start, start + int(line.dur[m]), int(step)))
+                begin = int(start_ps[m])
+                extra.markers.append((begin, begin + int(line.dur[m]), int(step)))
         memory = np.flatnonzero(code == _MEMORY)
         if len(memory):
             sign = _lookup(ids, signs, line.mid[memory], 0)
@@ -291,7 +301,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                     v = line.stats[stat][memory]
                     size = np.where((v != ABSENT) & (v != OTHER) & (v != 0), v, size)
             which, allocators = texts(plane, line, get("allocator_name"), memory)
-            extra.memory.append((base_ps + line.off[memory],
+            extra.memory.append((start_ps[memory],
                                  np.array(allocators, dtype=object)[which], sign * size))
 
 
