@@ -13,8 +13,20 @@ without the ProfileProto run reader, tfprof profiles' runs are walked with proto
 from glob import glob
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPy(build_py):
+    """The repository root is the package runlens (pyproject.toml's package-dir), and
+    this file sits in it: it is the build's script, not a module of runlens."""
+
+    def find_package_modules(self, package, package_dir):  # type: ignore[no-untyped-def]
+        return [m for m in super().find_package_modules(package, package_dir)
+                if not (package == "runlens" and m[1] == "setup")]
+
 
 setup(
+    cmdclass={"build_py": BuildPy},
     ext_modules=[
         Extension(
             "runlens.analyzer._stepstats",

@@ -120,6 +120,10 @@ def test_a_wheel_holds_only_the_runlens_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"runlens"}
+    # the root's modules: the package and its command line, not the build script
+    assert {n for n in names if n.count("/") == 1 and n.startswith("runlens/")} == {
+        "runlens/__init__.py", "runlens/cli.py", "runlens/cli_gate.py",
+        "runlens/cli_options.py"}
     for expected in ("runlens/__init__.py", "runlens/cli.py", "runlens/cli_options.py",
                      "runlens/analyzer/load.py", "runlens/checkers/base.py",
                      "runlens/analyzer/proto/step_stats.proto",

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Top to bottom. A module may import modules of its own layer and of the layers below.
 # Packages of one layer that must not import each other are listed in INDEPENDENT.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("command line", ("runlens.cli", "runlens.cli_options")),
+    ("command line", ("runlens.cli", "runlens.cli_gate", "runlens.cli_options")),
     ("report", ("runlens.analyzer.report",)),
     ("advisor", ("runlens.checkers",)),
     ("render", ("runlens.analyzer.render",)),
