@@ -70,12 +70,12 @@ def read_bytes(path: str | os.PathLike[str], limit: int = MAX_BYTES,
     """The whole file; InputFileError (one line naming it) when it is not a regular file,
     is over `limit` bytes, or cannot be read."""
     name = shown(path)
-    why = special(path)
-    if why is not None:
-        raise InputFileError(why)
+    fd = open_checked(path)  # a regular file, checked before and on the open descriptor
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
-                     | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            _check_size(name, st.st_size, limit, what)
+            return _read_all(f, st.st_size, limit, name, what)
     except OSError as e:
         raise InputFileError(f"{name}: cannot read ({e.strerror or e})") from None
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,14 @@ def tf():
 
     return {name: samples_from_run(load_run(COMPARE / name, use_cache=False), name)
             for name in TF_RUNS}
+
+
+def run_training(script: Path, mode: str, logdir: Path, first: int, last: int, steps: int
+                 ) -> subprocess.CompletedProcess:
+    """A real training process (tests/capture_*_train.py) profiling steps first..last of
+    `steps`, in its own interpreter: a capture helper must never break it."""
+    result = subprocess.run([sys.executable, str(script), mode, str(logdir), str(first),
+                             str(last), str(steps)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result

@@ -192,3 +192,36 @@ if __name__ == "__main__":  # python tests/faults.py FILE: ingest_one as JSON
 
     print(json.dumps(ingest_one(sys.argv[1])))
     os._exit(0)
+
+
+def cli_as_nobody(commands: list[list[str]], cache_home: Path) -> list[list]:
+    """[exit code, output] of each `analyze` command run as the user `nobody` (as root
+    a permission cannot bite), in a forked child running the CLI in-process: nobody may
+    not be able to read this interpreter's files (root's home), so the caller first runs
+    the same commands once as root, which imports what they import lazily."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nobody (it cannot exec python)
+        code = 99
+        try:
+            os.close(read_end)
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            os.environ["XDG_CACHE_HOME"] = str(cache_home)
+            from click.testing import CliRunner
+            from runlens.cli import main
+
+            results = [CliRunner().invoke(main, args) for args in commands]
+            os.write(write_end, json.dumps([[r.exit_code, r.output] for r in results]).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        results = json.loads(f.read() or "[]")
+    os.waitpid(pid, 0)
+    assert len(results) == len(commands), "the child failed"
+    return results

@@ -5,24 +5,20 @@ keeps warm-up out of the trace, and never breaks training."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("jax")
 
-from tests.conftest import run_cli  # noqa: E402
+from tests.conftest import run_cli, run_training  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("capture_jax_train.py")
 
 
 def _train(mode: str, logdir: Path, first: int, last: int, steps: int
            ) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(SCRIPT), mode, str(logdir), str(first),
-                             str(last), str(steps)], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_training(SCRIPT, mode, logdir, first, last, steps)
     return result
 
 

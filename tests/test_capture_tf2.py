@@ -5,7 +5,6 @@ breaks training."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -13,6 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from tests.conftest import run_training  # noqa: E402
 from tests.xplane_run import xplane_run  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("capture_tf2_train.py")
@@ -20,10 +20,7 @@ SCRIPT = Path(__file__).with_name("capture_tf2_train.py")
 
 def _train(mode: str, logdir: Path, first: int, last: int, steps: int
            ) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(SCRIPT), mode, str(logdir), str(first),
-                             str(last), str(steps)], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_training(SCRIPT, mode, logdir, first, last, steps)
     assert f"trained {steps}" in result.stdout
     return result
 

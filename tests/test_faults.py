@@ -213,9 +213,6 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
             target.chmod(0o755)
         assert len(result.output.strip().splitlines()) == 1
         return
-    import pwd
-
-    nobody = pwd.getpwnam("nobody")
     target = tmp_path / "r"
     faults.copy_run(FIXTURES / "plain_session", target)
     target.chmod(0o700)
@@ -240,29 +237,8 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     for args in commands:
         CliRunner().invoke(main, [a.replace(str(tmp_path), str(tmp_path / "warm"))
                                   for a in args])
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nobody, running the CLI in-process (it cannot exec python)
-        code = 99
-        try:
-            os.close(read_end)
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            os.environ["XDG_CACHE_HOME"] = str(tmp_path / "nobody-cache")
-            from click.testing import CliRunner
-            from runlens.cli import main
-
-            results = [CliRunner().invoke(main, args) for args in commands]
-            os.write(write_end, json.dumps([[r.exit_code, r.output] for r in results]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as f:
-        results = json.loads(f.read() or "[]")
-    os.waitpid(pid, 0)
+    results = faults.cli_as_nobody(commands, tmp_path / "nobody-cache")
     shutil.rmtree(out, ignore_errors=True)
-    assert len(results) == len(commands), "the child failed"
     for args, (exit_code, output) in zip(commands, results, strict=True):
         assert exit_code == 2, (args, output)
         lines = output.strip().splitlines()

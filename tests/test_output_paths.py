@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import faults
 from tests.conftest import FIXTURES, run_cli
 
 
@@ -81,18 +82,15 @@ def test_output_that_cannot_be_written_is_one_line_exit_2(tmp_path):
 
 def test_report_into_a_directory_the_user_cannot_write_is_exit_2(tmp_path):
     """It was exit 3 (PermissionError). As root the permission cannot bite: the check runs
-    as `nobody` in a forked child, as tests/test_faults.py does."""
+    as `nobody` (tests/faults.py cli_as_nobody), as tests/test_faults.py does."""
     if os.geteuid() != 0:
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o555)
         assert "Permission denied" in _report(locked / "r.html", expect=2)
         return
-    import pwd
-
     from click.testing import CliRunner
     from runlens.cli import main
 
-    nobody = pwd.getpwnam("nobody")
     # pytest's tmp folders are root's alone: a world-readable one under /tmp
     tmp_path = Path(tempfile.mkdtemp(prefix="runlens-h25-"))
     tmp_path.chmod(0o755)
@@ -101,24 +99,7 @@ def test_report_into_a_directory_the_user_cannot_write_is_exit_2(tmp_path):
     (tmp_path / "locked").mkdir(mode=0o755)
     args = ["report", str(run), "-o", str(tmp_path / "locked" / "r.html"), "--no-cache"]
     CliRunner().invoke(main, args[:3] + [str(tmp_path / "warm.html"), "--no-cache"])
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 99
-        try:
-            os.close(read_end)
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            os.environ["XDG_CACHE_HOME"] = str(tmp_path / "nobody-cache")
-            r = CliRunner().invoke(main, args)
-            os.write(write_end, json.dumps([r.exit_code, r.output]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as f:
-        got = json.loads(f.read() or "[null, \"\"]")
-    os.waitpid(pid, 0)
+    (got,) = faults.cli_as_nobody([args], tmp_path / "nobody-cache")
     shutil.rmtree(tmp_path, ignore_errors=True)
     assert got[0] == 2, got
     assert "r.html" in got[1] and "Permission denied" in got[1] and "Traceback" not in got[1]
