@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .hlo_work import add_per_op
 from .xla_attribution import HOW, NONE, Events, attribute
 from .xplane_hlo import HloOp, Programs
 from .xplane_read import (
@@ -111,7 +112,7 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         got.lines.append((int(m.group(1)), line.name, n))
     if not got.lines:
         return
-    name, how, by_hlo = _names(got, kernels, programs, ops)
+    name, how, by_hlo = _names(got, kernels, programs, ops, extra)
     extra.hlo = extra.hlo or by_hlo  # the HLO gives op types and code
     _add_lines(got, name, lane, lane_name, ops, nested=None)  # kernels nest nothing
     dur = got.col("dur")
@@ -119,10 +120,11 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         extra.attribution.append((device, label, int(dur[how == h].sum())))
 
 
-def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
+def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extra: Any
            ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(name id per event, how it was placed, whether the HLO placed any): the HLO op
-    where xla_attribution places it, else the launching TF op, else unattributed."""
+    where xla_attribution places it, else the launching TF op, else unattributed. The
+    work of the placed events' instructions goes to `extra.hlo_work` (hlo_work)."""
     text = got.texts
     program = got.col("program")
     module = got.col("module")
@@ -144,6 +146,9 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
             k = kernels[int(kernel[placed[i]])]
             ids.append(ops.name_id(f"{op.op_name}:{k}", op.op_type))
         name[placed] = np.array(ids, np.int64)[inverse]
+        counts = np.bincount(target[placed], minlength=len(targets)).tolist()
+        add_per_op(extra.hlo_work, counts, targets,
+                   [programs.ops[t].op_name for t in targets], programs.work)
     rest = np.flatnonzero(name < 0)
     if len(rest):
         first, inverse = _codes(kernel[rest])
