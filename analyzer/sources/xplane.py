@@ -199,7 +199,9 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
            "graph_nodes": graph_nodes.with_columns(worker_col),
            "code": code.with_columns(worker_col),
            "step_spans": frames["step_spans"].with_columns(worker_col),
-           "hlo_work": _hlo_work(extra.hlo_work).with_columns(worker_col)}
+           "hlo_work": _hlo_work(extra.hlo_work).with_columns(worker_col),
+           "device_facts": pl.DataFrame(extra.device_facts, schema=schema.DEVICE_SCHEMA)
+           .with_columns(worker_col)}
     return SourceFrames(frames=out, warnings=warnings, lacks=lacks)
 
 

@@ -112,12 +112,36 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         got.lines.append((int(m.group(1)), line.name, n))
     if not got.lines:
         return
+    extra.device_facts.append(device_facts(plane.meta, device))
     name, how, by_hlo = _names(got, kernels, programs, ops, extra)
     extra.hlo = extra.hlo or by_hlo  # the HLO gives op types and code
     _add_lines(got, name, lane, lane_name, ops, nested=None)  # kernels nest nothing
     dur = got.col("dur")
     for h, label in enumerate(HOW):
         extra.attribution.append((device, label, int(dur[how == h].sum())))
+
+
+# A GPU plane's stats (xprof's DeviceCapabilities) -> the device_facts frame's columns.
+_FACTS = {"gpu_device_name": "name", "clock_rate": "clock_khz", "core_count": "cores",
+          "memory_bandwidth": "memory_bandwidth", "compute_cap_major": "compute_cap_major",
+          "compute_cap_minor": "compute_cap_minor"}
+
+
+def device_facts(meta: Any, device: str) -> dict[str, Any]:
+    """What a GPU plane says of its device (schema.DEVICE_SCHEMA): name, clock (kHz),
+    SMs, memory bandwidth (bytes/s), compute capability; None where it says nothing."""
+    names = {k: v.name for k, v in meta.stat_metadata.items()}
+    out: dict[str, Any] = dict.fromkeys(_FACTS.values())
+    out["device"] = device
+    for stat in meta.stats:
+        column = _FACTS.get(names.get(stat.metadata_id, ""))
+        if column is None:
+            continue
+        kind = stat.WhichOneof("value")
+        value = getattr(stat, kind) if kind else None
+        out[column] = value if column == "name" or value is None else (
+            float(value) if column == "memory_bandwidth" else int(value))
+    return out
 
 
 def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extra: Any

@@ -99,8 +99,8 @@ class Extra:
     programs: Programs | None = None  # the HLO of the metadata plane (xplane_hlo)
     # Framework op -> [events, out bytes, in bytes, float ops] of its HLO (hlo_work).
     hlo_work: dict[str, list] = field(default_factory=dict)
-    # GPU planes' device facts: (device, stat name, value) (xplane_gpu).
-    device_stats: list[tuple[str, str, float | str]] = field(default_factory=list)
+    # GPU planes' device facts, one dict per device (xplane_device.device_facts).
+    device_facts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
