@@ -143,14 +143,30 @@ class ModuleWork:
     """The work of the instructions of one HloModuleProto, each computed once."""
 
     def __init__(self, module: hlo_pb2.HloModuleProto) -> None:
-        self.entry = module.entry_computation_id
-        self.computations = {c.id: c for c in module.computations}
-        self.shapes = {(c.id, i.id): i.shape for c in module.computations
-                       for i in c.instructions}
-        self.by_name = {i.name: (c.id, i) for c in module.computations
-                        for i in c.instructions}
+        self.module = module  # indexed when first asked (only programs that ran are)
+        self._index: tuple[dict, dict, dict] | None = None
         self._flops: dict[int, float] = {}  # computation id -> its float ops
         self._work: dict[str, Work | None] = {}
+
+    def _indexed(self) -> tuple[dict, dict, dict]:
+        if self._index is None:
+            comps = self.module.computations
+            self._index = ({c.id: c for c in comps},
+                           {(c.id, i.id): i.shape for c in comps for i in c.instructions},
+                           {i.name: (c.id, i) for c in comps for i in c.instructions})
+        return self._index
+
+    @property
+    def computations(self) -> dict[int, hlo_pb2.HloComputationProto]:
+        return self._indexed()[0]
+
+    @property
+    def shapes(self) -> dict[tuple[int, int], xla_data_pb2.ShapeProto]:
+        return self._indexed()[1]
+
+    @property
+    def by_name(self) -> dict[str, tuple[int, hlo_pb2.HloInstructionProto]]:
+        return self._indexed()[2]
 
     def named(self, name: str) -> tuple[Work | None, bool]:
         """(the work of instruction `name`, None if the module has none so named; whether
@@ -160,7 +176,7 @@ class ModuleWork:
             return None, False
         if name not in self._work:
             self._work[name] = self.of(*found)
-        return self._work[name], found[0] == self.entry
+        return self._work[name], found[0] == self.module.entry_computation_id
 
     def of(self, computation: int, inst: hlo_pb2.HloInstructionProto) -> Work:
         operands = [self.shapes.get((computation, o)) for o in inst.operand_ids]
@@ -191,13 +207,14 @@ class ModuleWork:
         comp = self.computations.get(computation)
         total = 0.0
         if comp is not None and depth < 32:
+            shapes = self.shapes
             for inst in comp.instructions:
-                operands = [s for o in inst.operand_ids
-                            if (s := self.shapes.get((computation, o))) is not None]
                 if inst.opcode in ("fusion", "call"):
                     total += sum(self._computation_flops(c, depth + 1)
                                  for c in inst.called_computation_ids)
-                else:
+                elif inst.opcode in ("dot", "convolution", "custom-call"):
+                    operands = [s for o in inst.operand_ids
+                                if (s := shapes.get((computation, o))) is not None]
                     total += self.flops(computation, inst, operands)
         self._flops[computation] = total
         return total
