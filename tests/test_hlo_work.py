@@ -144,3 +144,28 @@ def test_work_per_step_is_per_run_not_per_kernel():
     assert w["execs"][0] == 3 * 8
     per_run = 2 * 128 * 32 * 3 * (3 * 64 - 2) ** 2
     assert w["float_ops"][0] == 8 * per_run
+
+
+def test_cublas_matmuls_are_xprofs():
+    """The transformer's matrix products run as cuBLAS-LT custom calls (dimension numbers in
+    their backend config): float ops and bytes of all 69 equal xprof's per occurrence.
+    XLA's triton gemm fusions: runlens counts their dot, xprof adds their elementwise ops
+    (up to 3% more on these)."""
+    xprof_oracle = pytest.importorskip("tests.xprof_oracle")
+    pytest.importorskip("xprof")
+    space = xplane_pb2.XSpace.FromString(_xplane("xf_a_nocb").read_bytes())
+    meta = next(p for p in space.planes if p.name == "/host:metadata")
+    work = max(read_programs(meta).work.values(), key=lambda w: len(w.by_name))
+    xprof = xprof_oracle.hlo_op_work(_xplane("xf_a_nocb")).filter(pl.col("flops") > 0)
+    matmuls = fusions = 0
+    for name, occ, flops, accessed in xprof.iter_rows():
+        ours = work.named(name)[0]
+        inst = work.by_name[name][1]
+        if inst.custom_call_target == "__cublas$lt$matmul":
+            matmuls += 1
+            assert ours.float_ops == flops / occ, name
+            assert ours.in_bytes + ours.out_bytes == pytest.approx(accessed / occ, rel=1e-9)
+        elif name.startswith("gemm_fusion"):
+            fusions += 1
+            assert 0.97 * flops / occ <= ours.float_ops <= flops / occ, name
+    assert matmuls == 69 and fusions > 0
