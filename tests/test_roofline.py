@@ -106,3 +106,30 @@ def test_silent_without_hlo_work():
         tf2 = load_run(TF2_GPU)
         assert tf2.device_facts.height and not tf2.hlo_work.height
         assert not run_checks(tf2, select=["RL115"])
+
+
+def test_matmul_flop_rates_are_xprofs():
+    """The transformer's matrix products: framework ops whose HLO ops are cuBLAS-LT
+    matmuls of one kernel per run (their float ops equal xprof's, tests/test_hlo_work.py):
+    runlens's FLOP/s and bytes/s equal those of xprof's roofline rows ("Normalized FLOP
+    Rate", "Memory BW" x time, summed over the op's matmuls) within 1%."""
+    pytest.importorskip("xprof")
+    from tests.xprof_oracle import hlo_op_stats
+
+    path = next((JAX / "xf_a_nocb").glob("plugins/profile/*/*.xplane.pb"))
+    _, xprof = _roofline_tool("xf_a_nocb")
+    rows = (hlo_op_stats(path).join(xprof, left_on="hlo_op", right_on="operation")
+            .with_columns(us=pl.col("total_time"), matmul=pl.col("category") == "custom-call"))
+    ops = (rows.group_by("op_name").agg(
+        all_matmuls=(pl.col("matmul") & (pl.col("occurrences_right") == 8)).all(),
+        us=pl.col("us").sum(), gflop=(pl.col("measured_flop_rate") * pl.col("us")).sum() / 1e6,
+        gib=(pl.col("measured_memory_bw") * pl.col("us")).sum() / 1e6)
+        .filter(pl.col("all_matmuls")))
+    run = load_run(JAX / "xf_a_nocb")
+    ours = op_work(Analysis(run, StepChoice(include_warmup=True)), fold=False)
+    both = ours.join(ops, left_on="node_name", right_on="op_name")
+    assert both.height >= 10
+    seconds = both["ns"] / 1e9
+    xprof_s = both["us"] / 1e6
+    assert ((both["flops"] / seconds) / (both["gflop"] * 1e9 / xprof_s) - 1).abs().max() < 0.01
+    assert ((both["bytes"] / seconds) / (both["gib"] * 2**30 / xprof_s) - 1).abs().max() < 0.01
