@@ -6,6 +6,7 @@ analysis), and against the model's own arithmetic; the work diff of `compare` fr
 
 from __future__ import annotations
 
+from itertools import product
 from math import prod
 from pathlib import Path
 
@@ -169,3 +170,26 @@ def test_cublas_matmuls_are_xprofs():
             fusions += 1
             assert 0.97 * flops / occ <= ours.float_ops <= flops / occ, name
     assert matmuls == 69 and fusions > 0
+
+
+def test_valid_positions_are_xlas_loop():
+    """The closed form of the (kernel, output) pairs that read input equals XLA's loop
+    (HloCostAnalysis::GetConvolutionFlops) over strides, paddings and dilations."""
+    from runlens.analyzer.proto import xla_data_pb2
+    from runlens.analyzer.sources.hlo_work import _valid_positions
+
+    def xla(w, kernel: int, output: int, base: int) -> int:  # type: ignore[no-untyped-def]
+        count = 0
+        for k in range(kernel):
+            for o in range(output):
+                undilated = o * w.stride - w.padding_low + k * w.window_dilation
+                at = undilated // w.base_dilation
+                if undilated == at * w.base_dilation and 0 <= at < base:
+                    count += 1
+        return count
+
+    for stride, pad, wdil, bdil in product((1, 2, 3), (-1, 0, 1, 2), (1, 2), (1, 2)):
+        w = xla_data_pb2.WindowDimension(stride=stride, padding_low=pad,
+                                         window_dilation=wdil, base_dilation=bdil)
+        for kernel, output, base in ((1, 8, 16), (3, 16, 16), (3, 7, 5), (5, 3, 9)):
+            assert _valid_positions(w, kernel, output, base) == xla(w, kernel, output, base)

@@ -67,7 +67,7 @@ def shape_bytes(shape: xla_data_pb2.ShapeProto, result_only: bool = False) -> fl
         parts = shape.tuple_shapes[:1] if result_only else shape.tuple_shapes
         return _total([shape_bytes(s) for s in parts])
     bits = ELEMENT_BITS.get(shape.element_type)
-    if bits is None:
+    if bits is None or any(d < 0 for d in shape.dimensions):
         return None
     return prod(shape.dimensions) * bits / 8
 
@@ -80,13 +80,22 @@ def _array(shape: xla_data_pb2.ShapeProto) -> xla_data_pb2.ShapeProto:
 def _valid_positions(window: xla_data_pb2.WindowDimension, kernel: int, output: int,
                      base: int) -> int:
     """(kernel, output) position pairs of one spatial dimension that read an input element
-    (not padding, not a base-dilation hole): XLA's HloCostAnalysis count."""
-    k = np.arange(kernel)[:, None]
-    o = np.arange(output)[None, :]
-    at = o * max(window.stride, 1) - window.padding_low + k * max(window.window_dilation, 1)
+    (not padding, not a base-dilation hole): XLA's HloCostAnalysis count, in closed form
+    per kernel position (no base dilation), else by enumeration where that is small."""
+    stride, dilation = max(window.stride, 1), max(window.window_dilation, 1)
+    if kernel <= 0 or output <= 0 or base <= 0:
+        return 0
+    k = np.arange(kernel, dtype=np.int64)
+    shift = k * dilation - window.padding_low  # input index of output 0
     dil = max(window.base_dilation, 1)
-    hit = (at % dil == 0) & (at >= 0) & (at // dil < base)
-    return int(hit.sum())
+    if dil == 1:  # 0 <= o * stride + shift < base
+        lo = np.maximum(-(shift // stride), 0)  # ceil(-shift / stride)
+        hi = np.minimum((base - 1 - shift) // stride, output - 1)
+        return int(np.maximum(hi - lo + 1, 0).sum())
+    if kernel * output > 10_000_000:
+        return kernel * output  # a shape no real convolution has: count every pair
+    at = np.arange(output, dtype=np.int64)[None, :] * stride + shift[:, None]
+    return int(((at % dil == 0) & (at >= 0) & (at // dil < base)).sum())
 
 
 def conv_flops(inst: hlo_pb2.HloInstructionProto,
@@ -240,9 +249,7 @@ def add_per_op(totals: dict[str, list], counts: list[int], targets: list[tuple[i
         ran = runs.get(program, count) if entry else count
         row = totals.setdefault(op, [0, 0.0, 0.0, 0.0])
         row[0] += count
-        if got is None:
-            row[1] = row[2] = None
-            continue
-        for i, v in ((1, got.out_bytes), (2, got.in_bytes)):
+        facts = (None, None, None) if got is None else (got.out_bytes, got.in_bytes,
+                                                          got.float_ops)
+        for i, v in enumerate(facts, 1):  # a fact unknown for one instruction: unknown
             row[i] = None if v is None or row[i] is None else row[i] + v * ran
-        row[3] += got.float_ops * ran
