@@ -25,6 +25,7 @@ elements summed, but a custom call's tuple is (result, scratch): its result only
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
@@ -237,12 +238,11 @@ def add_per_op(totals: dict[str, list], counts: list[int], targets: list[tuple[i
     computation ran once per run of the program, whatever number of kernels it launched
     (a cuDNN convolution may launch several): a program's runs are the event count most
     of its entry instructions share. An instruction of a loop body ran once per event."""
-    runs: dict[int, int] = {}
-    for program in {p for p, _ in targets}:
-        seen = [c for (p, name), c in zip(targets, counts, strict=True) if p == program
-                and program in work and work[program].named(name)[1]]
-        if seen:
-            runs[program] = max(set(seen), key=lambda c: (seen.count(c), c))
+    seen: dict[int, Counter[int]] = {}
+    for (program, name), count in zip(targets, counts, strict=True):
+        if program in work and work[program].named(name)[1]:
+            seen.setdefault(program, Counter())[count] += 1
+    runs = {p: max(c.items(), key=lambda kv: (kv[1], kv[0]))[0] for p, c in seen.items()}
     for (program, name), count, op in zip(targets, counts, op_names, strict=True):
         module = work.get(program)
         got, entry = module.named(name) if module is not None else (None, False)
