@@ -153,6 +153,8 @@ class Run:
     step_spans = _Frame()
     attribution = _Frame()
     timing = _Frame()
+    hlo_work = _Frame()
+    device_facts = _Frame()
 
     def __init__(self, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                  warnings: list[str] | None = None,

@@ -115,6 +115,15 @@ ATTRIBUTION_SCHEMA: Schema = {"device": pl.String, "how": pl.String, "device_ps"
 # The rules an input's op times follow, where they are not tfprof's (whole microseconds per
 # execution, 0 counted as 1): "xprof" (XSpace: nanoseconds summed exactly). No row: tfprof.
 TIMING_SCHEMA: Schema = {"rules": pl.String}
+# XSpace with HLO: the work of each framework op's HLO instructions, totals over the
+# profile's events attributed to them (`execs`; analyzer/sources/hlo_work.py): one
+# execution's work is the total over `execs`.
+HLO_WORK_SCHEMA: Schema = {"name": pl.String, "execs": pl.Int64, "out_bytes": pl.Float64,
+                           "in_bytes": pl.Float64, "float_ops": pl.Float64}
+# GPU planes' device facts (analyzer/sources/xplane_gpu.py): what the roofline needs.
+DEVICE_SCHEMA: Schema = {"device": pl.String, "name": pl.String, "clock_khz": pl.Int64,
+                         "cores": pl.Int64, "memory_bandwidth": pl.Float64,
+                         "compute_cap_major": pl.Int64, "compute_cap_minor": pl.Int64}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added
 # (sources.raw_frames); executions/keys and output_rows/output_keys are split by key.
@@ -122,12 +131,13 @@ PLAIN_FRAMES: dict[str, Schema] = {
     "memory": MEMORY_SCHEMA, "allocations": ALLOCATION_SCHEMA, "threads": THREAD_SCHEMA,
     "graph_nodes": GRAPH_NODE_SCHEMA, "op_log": OP_LOG_SCHEMA, "code": CODE_SCHEMA,
     "step_spans": STEP_SPAN_SCHEMA, "attribution": ATTRIBUTION_SCHEMA, "timing": TIMING_SCHEMA,
+    "hlo_work": HLO_WORK_SCHEMA, "device_facts": DEVICE_SCHEMA,
 }
 
 # A Run's frames (analyzer.model.Run).
 RUN_FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
               "threads", "graph_nodes", "op_log", "code", "step_spans", "attribution",
-              "timing")
+              "timing", "hlo_work", "device_facts")
 # What the cache keeps of a part: the Run's frames and what the input lacks. What is
 # derived from them (per-node numbers, trees...) is kept beside, by analyzer.products.
 CACHED_FRAMES = (*RUN_FRAMES, "lacks")

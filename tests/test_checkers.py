@@ -32,6 +32,8 @@ CASES = {
     # A real H200 JAX profile in shared/ (CI has it; too large to commit): an absolute path.
     "fp32-matmul": (str(FIXTURES.parents[2] / "shared" / "data" / "gpu-jax" / "cnn_a"),
                     "gpu_mnist", "TF32 cuDNN convolutions / no library kernel names"),
+    "roofline": (str(FIXTURES.parents[2] / "shared" / "data" / "gpu-jax" / "cnn_a"),
+                 "gpu_mnist", "memory-bound fusions at 79% of 4.8 TB/s / no HLO work"),
 }
 
 

@@ -70,3 +70,13 @@ def hlo_op_stats(path: Path) -> pl.DataFrame:
         "program_id": pl.UInt64, "hlo_op": pl.String, "op_name": pl.String,
         "category": pl.String, "occurrences": pl.Int64, "time_ps": pl.Int64,
         "self_time_ps": pl.Int64})
+
+
+def hlo_op_work(path: Path) -> pl.DataFrame:
+    """xprof's work of each HLO op of a device profile (its HloCostAnalysis, summed over
+    the op's kernels): one row per HLO op: occurrences (kernels), flops, bytes_accessed."""
+    rows = [(m.name, m.occurrences, m.flops, m.bytes_accessed)
+            for m in op_stats(path).device_op_metrics_db.metrics_db if m.category != "IDLE"]
+    return pl.DataFrame(rows, orient="row", schema={
+        "hlo_op": pl.String, "occurrences": pl.Int64, "flops": pl.Float64,
+        "bytes_accessed": pl.Float64})

@@ -9,7 +9,10 @@ enough to call it; where the work is the same, a slower time may be the process
 
 The work of a node, per step, from what the source holds: executions; output bytes
 (dtype size x shape of each executed output, else the graph's output shapes); float ops
-(op_log, x executions); parameters (variables' shapes). A fact a source lacks is null, and
+(op_log, x executions); parameters (variables' shapes). XSpace profiles with HLO (JAX,
+TF with XLA): output bytes, input bytes and float ops of the HLO instructions the node's
+events ran (the `hlo_work` frame: analyzer/sources/hlo_work.py), per execution x
+executions. A fact a source lacks is null, and
 a diff over nulls says nothing (`work_changed` null: not known). A kernel not attributed
 to an op (`unattributed:<kernel>`) has no work facts: its name is not its work (cuDNN's
 autotuning picks other kernels in other processes of the same program), so a run whose
@@ -109,6 +112,52 @@ def _with_inputs(run: Run, nodes: pl.DataFrame) -> pl.DataFrame:
             .with_columns(in_bytes=pl.col("b").fill_null(0.0) * pl.col("execs")).drop("b"))
 
 
+def _hlo_outputs(run: Run) -> pl.DataFrame:
+    """XSpace with HLO: one execution's output bytes, input bytes and float ops per
+    framework op, from its instructions' work (the `hlo_work` frame's totals over the
+    events attributed to them, per event)."""
+    per = pl.col("execs").sum()
+    return run.hlo_work.group_by("name").agg(
+        **{f"exec_{c}": pl.when(pl.col(c).is_null().any()).then(None)
+           .otherwise(pl.col(c).sum() / per) for c in ("out_bytes", "in_bytes", "float_ops")}
+    ).rename({"name": "node_name"})
+
+
+def _per_step(run: Run, timed: pl.DataFrame) -> pl.DataFrame:
+    """(key, node_name, op_type, worker, step): executions and, where the source says,
+    output bytes (and, from the HLO, input bytes and float ops) per step."""
+    per_step = timed.group_by("key", "node_name", "op_type", "worker", "step").agg(
+        execs=pl.len())
+    if run.hlo_work.height:
+        facts = ("out_bytes", "in_bytes", "float_ops")
+        return (per_step.join(_hlo_outputs(run), on="node_name", how="left")
+                .with_columns(**{c: pl.col(f"exec_{c}") * pl.col("execs") for c in facts})
+                .drop(f"exec_{c}" for c in facts))
+    recorded = _executed_outputs(run, timed)
+    if recorded is not None:
+        return per_step.join(recorded, on=["node_name", "worker", "step"], how="left")
+    return (per_step.join(_graph_outputs(run), on="node_name", how="left")
+            .with_columns(out_bytes=pl.col("exec_bytes") * pl.col("execs"))
+            .drop("exec_bytes"))
+
+
+def _median_per_step(per_step: pl.DataFrame) -> pl.DataFrame:
+    """Per key: the median over steps of its executions and facts (null: a fact unknown
+    for one of its nodes)."""
+    facts = [c for c in ("out_bytes", "in_bytes", "float_ops") if c in per_step.columns]
+
+    def known(c: str, how: pl.Expr) -> pl.Expr:
+        return pl.when(pl.col(c).is_null().any()).then(None).otherwise(how)
+
+    return (per_step.group_by("key", "worker", "step").agg(
+        op_type=pl.col("op_type").first(), execs=pl.col("execs").sum(),
+        **{c: known(c, pl.col(c).sum()) for c in facts})
+        .group_by("key").agg(
+        op_type=pl.col("op_type").first(), execs=pl.col("execs").median(),
+        **{c: known(c, pl.col(c).median()) for c in facts})
+        .rename({"key": "name"}))
+
+
 def work_from_run(run: Run) -> pl.DataFrame:
     """One row per node timed in the run's steps (WORK_SCHEMA): its median executions,
     output bytes and float ops per step; plus the run's variables with their parameters."""
@@ -117,26 +166,11 @@ def work_from_run(run: Run) -> pl.DataFrame:
         key=node_key(), op_type=op_key()).filter(
         ~pl.col("key").str.starts_with(UNATTRIBUTED + ":"))
     timed = folded(timed, "key")
-    per_step = timed.group_by("key", "node_name", "op_type", "worker", "step").agg(
-        execs=pl.len())
-    recorded = _executed_outputs(run, timed)
-    if recorded is not None:
-        per_step = per_step.join(recorded, on=["node_name", "worker", "step"], how="left")
-    else:
-        per_step = (per_step.join(_graph_outputs(run), on="node_name", how="left")
-                    .with_columns(out_bytes=pl.col("exec_bytes") * pl.col("execs"))
-                    .drop("exec_bytes"))
-    unknown = pl.col("out_bytes").is_null().any()
-    nodes = (per_step.group_by("key", "worker", "step").agg(
-        op_type=pl.col("op_type").first(), execs=pl.col("execs").sum(),
-        out_bytes=pl.when(unknown).then(None).otherwise(pl.col("out_bytes").sum()))
-        .group_by("key").agg(
-        op_type=pl.col("op_type").first(), execs=pl.col("execs").median(),
-        out_bytes=pl.when(unknown).then(None).otherwise(pl.col("out_bytes").median()))
-        .rename({"key": "name"}))
-    nodes = _with_inputs(run, nodes)
+    nodes = _median_per_step(_per_step(run, timed))
+    if "in_bytes" not in nodes.columns:
+        nodes = _with_inputs(run, nodes)
     flops = run.op_log.filter(pl.col("float_ops") > 0)
-    if run.op_log.height:
+    if run.op_log.height and "float_ops" not in nodes.columns:
         nodes = (nodes.join(flops.group_by("name").agg(f=pl.col("float_ops").first()),
                             on="name", how="left")
                  .with_columns(float_ops=pl.col("f").fill_null(0) * pl.col("execs"))

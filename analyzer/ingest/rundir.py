@@ -19,7 +19,14 @@ import polars as pl
 from ..background import Background, map_in_processes
 from ..errors import InputFileError, RunDirError
 from ..rundir import RunDir
-from ..schema import ATTRIBUTION_SCHEMA, GRAPH_NODE_SCHEMA, STEP_SPAN_SCHEMA, TIMING_SCHEMA
+from ..schema import (
+    ATTRIBUTION_SCHEMA,
+    DEVICE_SCHEMA,
+    GRAPH_NODE_SCHEMA,
+    HLO_WORK_SCHEMA,
+    STEP_SPAN_SCHEMA,
+    TIMING_SCHEMA,
+)
 from .graphs import empty_op_log, ingest_graph_file, ingest_op_log_file
 from .stepfiles import (
     PartitionGraphs,
@@ -203,6 +210,8 @@ def read_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: boo
         "step_spans": pl.DataFrame(schema=STEP_SPAN_SCHEMA),
         "attribution": pl.DataFrame(schema=ATTRIBUTION_SCHEMA),
         "timing": pl.DataFrame(schema=TIMING_SCHEMA),
+        "hlo_work": pl.DataFrame(schema=HLO_WORK_SCHEMA),
+        "device_facts": pl.DataFrame(schema=DEVICE_SCHEMA),
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
     # Executions and outputs are identified by key; the worker is a column of the keys.

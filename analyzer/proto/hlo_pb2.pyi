@@ -50,34 +50,46 @@ class HloScheduleProto(_message.Message):
     def __init__(self, sequences: _Optional[_Mapping[int, HloScheduleProto.InstructionSequence]] = ...) -> None: ...
 
 class HloComputationProto(_message.Message):
-    __slots__ = ("name", "instructions", "id")
+    __slots__ = ("name", "instructions", "id", "root_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     instructions: _containers.RepeatedCompositeFieldContainer[HloInstructionProto]
     id: int
-    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., id: _Optional[int] = ...) -> None: ...
+    root_id: int
+    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., id: _Optional[int] = ..., root_id: _Optional[int] = ...) -> None: ...
 
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "metadata", "fusion_kind", "custom_call_target", "id", "called_computation_ids", "backend_config")
+    __slots__ = ("name", "opcode", "shape", "metadata", "fusion_kind", "window", "convolution_dimension_numbers", "custom_call_target", "dot_dimension_numbers", "id", "operand_ids", "called_computation_ids", "backend_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPCODE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     FUSION_KIND_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    CONVOLUTION_DIMENSION_NUMBERS_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_CALL_TARGET_FIELD_NUMBER: _ClassVar[int]
+    DOT_DIMENSION_NUMBERS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    OPERAND_IDS_FIELD_NUMBER: _ClassVar[int]
     CALLED_COMPUTATION_IDS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     opcode: str
+    shape: _xla_data_pb2.ShapeProto
     metadata: _xla_data_pb2.OpMetadata
     fusion_kind: str
+    window: _xla_data_pb2.Window
+    convolution_dimension_numbers: _xla_data_pb2.ConvolutionDimensionNumbers
     custom_call_target: str
+    dot_dimension_numbers: _xla_data_pb2.DotDimensionNumbers
     id: int
+    operand_ids: _containers.RepeatedScalarFieldContainer[int]
     called_computation_ids: _containers.RepeatedScalarFieldContainer[int]
     backend_config: bytes
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., fusion_kind: _Optional[str] = ..., custom_call_target: _Optional[str] = ..., id: _Optional[int] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., fusion_kind: _Optional[str] = ..., window: _Optional[_Union[_xla_data_pb2.Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[_xla_data_pb2.ConvolutionDimensionNumbers, _Mapping]] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.DotDimensionNumbers, _Mapping]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
 
 class StackFrameIndexProto(_message.Message):
     __slots__ = ("file_names", "function_names", "file_locations", "stack_frames")

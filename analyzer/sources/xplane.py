@@ -151,6 +151,12 @@ def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.Dat
     return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)
 
 
+def _hlo_work(totals: dict[str, list]) -> pl.DataFrame:
+    """The HLO's work per framework op (xplane_device -> hlo_work.add_per_op)."""
+    rows = [(name, *row) for name, row in totals.items()]
+    return pl.DataFrame(rows, schema=schema.HLO_WORK_SCHEMA, orient="row")
+
+
 def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2,
               planes: list[Plane] | None = None) -> SourceFrames:
     """One host's .xplane.pb -> SourceFrames (raw frames with a worker column); `native`
@@ -189,6 +195,8 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"
     worker_col = pl.lit(worker).alias("worker")
+    if extra.hlo_work:
+        lacks.pop("op_log", None)  # the HLO gives float ops (hlo_work)
     empty = {
         "output_rows": pl.DataFrame(schema=schema.OUTPUT_SCHEMA),
         "output_keys": pl.DataFrame(schema={"worker": pl.String,
@@ -201,7 +209,10 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
            "allocations": frames["allocations"].with_columns(worker_col),
            "graph_nodes": graph_nodes.with_columns(worker_col),
            "code": code.with_columns(worker_col),
-           "step_spans": frames["step_spans"].with_columns(worker_col)}
+           "step_spans": frames["step_spans"].with_columns(worker_col),
+           "hlo_work": _hlo_work(extra.hlo_work).with_columns(worker_col),
+           "device_facts": pl.DataFrame(extra.device_facts, schema=schema.DEVICE_SCHEMA)
+           .with_columns(worker_col)}
     return SourceFrames(frames=out, warnings=warnings, lacks=lacks)
 
 

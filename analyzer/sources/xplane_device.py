@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .hlo_work import add_per_op
 from .xla_attribution import HOW, NONE, Events, attribute
 from .xplane_hlo import HloOp, Programs
 from .xplane_read import (
@@ -111,7 +112,8 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         got.lines.append((int(m.group(1)), line.name, n))
     if not got.lines:
         return
-    name, how, by_hlo = _names(got, kernels, programs, ops)
+    extra.device_facts.append(device_facts(plane.meta, device))
+    name, how, by_hlo = _names(got, kernels, programs, ops, extra)
     extra.hlo = extra.hlo or by_hlo  # the HLO gives op types and code
     _add_lines(got, name, lane, lane_name, ops, nested=None)  # kernels nest nothing
     dur = got.col("dur")
@@ -119,10 +121,34 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         extra.attribution.append((device, label, int(dur[how == h].sum())))
 
 
-def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
+# A GPU plane's stats (xprof's DeviceCapabilities) -> the device_facts frame's columns.
+_FACTS = {"gpu_device_name": "name", "clock_rate": "clock_khz", "core_count": "cores",
+          "memory_bandwidth": "memory_bandwidth", "compute_cap_major": "compute_cap_major",
+          "compute_cap_minor": "compute_cap_minor"}
+
+
+def device_facts(meta: Any, device: str) -> dict[str, Any]:
+    """What a GPU plane says of its device (schema.DEVICE_SCHEMA): name, clock (kHz),
+    SMs, memory bandwidth (bytes/s), compute capability; None where it says nothing."""
+    names = {k: v.name for k, v in meta.stat_metadata.items()}
+    out: dict[str, Any] = dict.fromkeys(_FACTS.values())
+    out["device"] = device
+    for stat in meta.stats:
+        column = _FACTS.get(names.get(stat.metadata_id, ""))
+        if column is None:
+            continue
+        kind = stat.WhichOneof("value")
+        value = getattr(stat, kind) if kind else None
+        out[column] = value if column == "name" or value is None else (
+            float(value) if column == "memory_bandwidth" else int(value))
+    return out
+
+
+def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extra: Any
            ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(name id per event, how it was placed, whether the HLO placed any): the HLO op
-    where xla_attribution places it, else the launching TF op, else unattributed."""
+    where xla_attribution places it, else the launching TF op, else unattributed. The
+    work of the placed events' instructions goes to `extra.hlo_work` (hlo_work)."""
     text = got.texts
     program = got.col("program")
     module = got.col("module")
@@ -144,6 +170,9 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any
             k = kernels[int(kernel[placed[i]])]
             ids.append(ops.name_id(f"{op.op_name}:{k}", op.op_type))
         name[placed] = np.array(ids, np.int64)[inverse]
+        counts = np.bincount(target[placed], minlength=len(targets)).tolist()
+        add_per_op(extra.hlo_work, counts, targets,
+                   [programs.ops[t].op_name for t in targets], programs.work)
     rest = np.flatnonzero(name < 0)
     if len(rest):
         first, inverse = _codes(kernel[rest])

@@ -14,11 +14,12 @@ JAX leaves `op_type` empty: an op's type is then its primitive (the op name's la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
+from .hlo_work import ModuleWork
 from .xla_attribution import Module
 
 
@@ -64,6 +65,7 @@ class Programs:
     modules: dict[int, Module]  # program_id -> launch order (xla_attribution)
     by_name: dict[str, int]  # module name -> program_id (events without program_id)
     warnings: list[str]
+    work: dict[int, ModuleWork] = field(default_factory=dict)  # program_id -> (hlo_work)
 
 
 def read_programs(plane: xplane_pb2.XPlane) -> Programs:
@@ -103,6 +105,7 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
                     frames=frames[where],
                 )
         out.modules[program] = Module(program, module.name, names, module)
+        out.work[program] = ModuleWork(module)
         out.by_name.setdefault(module.name, program)
     return out
 

@@ -21,6 +21,7 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
             programs.ops.update(found.ops)
             programs.modules.update(found.modules)
             programs.by_name.update(found.by_name)
+            programs.work.update(found.work)
             extra.warnings += found.warnings
     for plane in planes:
         if plane.name.startswith("/host:") and plane.name != "/host:metadata":

@@ -97,6 +97,10 @@ class Extra:
     # Device time per (device, how its events were placed: xla_attribution.HOW), in ps.
     attribution: list[tuple[str, str, int]] = field(default_factory=list)
     programs: Programs | None = None  # the HLO of the metadata plane (xplane_hlo)
+    # Framework op -> [events, out bytes, in bytes, float ops] of its HLO (hlo_work).
+    hlo_work: dict[str, list] = field(default_factory=dict)
+    # GPU planes' device facts, one dict per device (xplane_device.device_facts).
+    device_facts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
