@@ -257,12 +257,33 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
+    options = _columns_it_has(run, options)
     if output is not None:
         check_output(output)  # before the work: a bad path is a one-line error
     text = registries.renderer("view", fmt)(VIEWS[kind](run, options))
     if options.step < 0:  # after the view: a bad option stays a one-line error
         note_left_out(run, options)
     emit(text, output)
+
+
+# The columns of the text output each need a part of the run: a profile without per-op
+# memory (XSpace) or without op outputs shows no column of zeros for it by default.
+_COLUMN_NEEDS = {"bytes": "memory", "peak_bytes": "memory", "residual_bytes": "memory",
+                 "output_bytes": "outputs", "params": "op_log", "float_ops": "op_log"}
+
+
+def _columns_it_has(run: Any, options: Any) -> Any:
+    """`options` without the default columns the run cannot fill (an explicit --select
+    keeps them: the user asked)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.get_parameter_source("select") != click.core.ParameterSource.DEFAULT:
+        return options
+    kept = tuple(c for c in options.select if _COLUMN_NEEDS.get(c) not in run.lacks)
+    if not kept or kept == options.select:
+        return options
+    import dataclasses
+
+    return dataclasses.replace(options, select=kept)
 
 
 def _view_command(kind: str, doc: str) -> None:

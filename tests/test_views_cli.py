@@ -155,3 +155,15 @@ def test_tree_rows_are_depth_first_with_siblings_in_a_total_order(kind, options)
             assert sort_key(prev) < sort_key(row)
         last_child[row["parent"]] = row
         stack.append(row["key"])
+
+
+def test_default_columns_are_those_the_run_can_fill():
+    """An XSpace profile holds no per-op memory: the default text view shows no column of
+    zeros for it (the run says what it lacks); an explicit --select keeps it."""
+    jax = FIXTURES.parent / "xplane" / "jax_train"
+    header = run_cli(["scopes", jax, "--no-cache"]).stdout.splitlines()[0]
+    assert "time" in header and "requested" not in header
+    asked = run_cli(["scopes", jax, "--no-cache", "--select", "micros,bytes"]).stdout
+    assert "requested" in asked.splitlines()[0]
+    tf = run_cli(["ops", FIXTURES / "cnn", "--no-cache"]).stdout.splitlines()[0]
+    assert "requested" in tf  # a run dir has memory: tfprof's default columns
