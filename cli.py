@@ -257,7 +257,8 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         click.echo(f"analyze: {kind} view skipped: needs "
                    + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
         return
-    options = _columns_it_has(run, options)
+    if fmt == "text":  # --select chooses the text output's columns only
+        options = _columns_it_has(run, options)
     if output is not None:
         check_output(output)  # before the work: a bad path is a one-line error
     text = registries.renderer("view", fmt)(VIEWS[kind](run, options))
