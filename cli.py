@@ -11,7 +11,7 @@ Exit codes: 0 fine; 1 the check failed (findings at or above --fail-on, or a reg
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +33,10 @@ from .cli_options import (
     step_options,
     view_options,
 )
+
+if TYPE_CHECKING:
+    from .analyzer.analysis.view_options import ViewOptions
+    from .analyzer.model import Run
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERNAL", "handle_errors", "main"]
 
@@ -273,7 +277,7 @@ _COLUMN_NEEDS = {"bytes": "memory", "peak_bytes": "memory", "residual_bytes": "m
                  "output_bytes": "outputs", "params": "op_log", "float_ops": "op_log"}
 
 
-def _columns_it_has(run: Any, options: Any) -> Any:
+def _columns_it_has(run: Run, options: ViewOptions) -> ViewOptions:
     """`options` without the default columns the run cannot fill (an explicit --select
     keeps them: the user asked)."""
     ctx = click.get_current_context(silent=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,9 +23,12 @@ from .cli_options import (
     source_option,
 )
 
+if TYPE_CHECKING:
+    from .analyzer.gate.samples import Samples
+
 
 def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None = None
-             ) -> Any:
+             ) -> Samples:
     """A run dir (its steps in --steps A:B, every one of them flagged: the test leaves
     warm-up and outliers out itself) or a baseline file, as per-step samples."""
     from .analyzer.analysis.stepselect import StepChoice, analysed
@@ -38,7 +41,7 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
 
 
 def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
-                  step_range: str | None) -> Any:
+                  step_range: str | None) -> Samples:
     """One or several base runs (run dirs or baseline files), each run kept apart."""
     from .analyzer.gate.baseruns import merge_runs
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from ..analyzer.analysis.codepaths import GRADIENT_SUFFIX, code_paths
-from ..analyzer.analysis.jaxscopes import fold_frame, has_transforms
+from ..analyzer.analysis.jaxscopes import folded
 from ..analyzer.model import kernel_label_expr
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
@@ -95,8 +95,7 @@ def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:
     """Top-level and second-level scopes by total time (nodes at the root do not count),
     as the scope view shows them: JAX's transform wrappers (`jit(f)/`, `jvp(...)`,
     `transpose(...)`) folded into the user's scope, forward and backward together."""
-    if has_transforms(nodes.get_column("name")):
-        nodes = fold_frame(nodes).with_columns(name=pl.col("scope"))
+    nodes = folded(nodes, "name")
     parts = pl.col("name").str.split("/")
     scoped = nodes.filter(parts.list.len() > 1)
     level1 = scoped.select(scope=parts.list.first(), micros="micros")

@@ -80,17 +80,34 @@ def fold(name: str) -> tuple[str, str]:
     return "/".join(out) or name, direction
 
 
+FOLDED = pl.Struct({"scope": pl.String, "direction": pl.String})
+
+
+def fold_series(names: pl.Series) -> pl.Series:
+    """`fold` of each name as a struct (scope, direction); null stays null. Meant for the
+    distinct names of a frame (fold is a Python call per name)."""
+    return pl.Series([None if n is None else dict(zip(("scope", "direction"), fold(n),
+                                                      strict=True))
+                      for n in names.to_list()], dtype=FOLDED)
+
+
 def fold_frame(frame: pl.DataFrame, column: str = "name") -> pl.DataFrame:
     """`frame` with `scope` (the folded `column`) and `direction` added: the fold runs
     once per distinct name."""
     names = frame.get_column(column).unique()
-    pairs = [fold(n) for n in names.to_list()]
-    table = pl.DataFrame({column: names,
-                          "scope": [p[0] for p in pairs],
-                          "direction": [p[1] for p in pairs]},
-                         schema={column: names.dtype, "scope": pl.String,
-                                 "direction": pl.String})
+    table = pl.DataFrame({column: names}).with_columns(
+        fold_series(names).alias("folded")).unnest("folded")
     return frame.join(table, on=column, how="left", nulls_equal=True)
+
+
+def folded(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """`frame` with the JAX op names of `column` replaced by the user's scopes they fold
+    into (forward and backward alike); other names (TensorFlow's, unattributed kernels)
+    as they are."""
+    if not frame.height or not has_transforms(frame.get_column(column)):
+        return frame
+    return (fold_frame(frame, column).with_columns(pl.col("scope").alias(column))
+            .drop("scope", "direction"))
 
 
 def has_transforms(names: pl.Series) -> bool:

@@ -9,15 +9,13 @@ op type by the Run's op type; where either is an XLA-generated name with a trail
 (all lower case, as TensorFlow op types never are), the number is dropped. A kernel not
 attributed to any op (`unattributed:<kernel>`) is keyed by its kernel name, unnumbered.
 JAX's op names are folded into the user's scopes (`jit(train_step)/transpose(jvp(stage2))
-/conv` -> `stage2/conv`, analysis.jaxscopes): a scope's forward and backward are one
-metric, as the scope view shows them, and a rename of the jitted function changes nothing.
+/conv` -> `stage2/conv`, analysis.jaxscopes.folded, applied by samples and workdiff): a
+scope's forward and backward are one metric, as the scope view shows them.
 """
 
 from __future__ import annotations
 
 import polars as pl
-
-from ..analysis.jaxscopes import fold_frame, has_transforms
 
 TIMED_LANES = ("device", "stream_all")  # tfprof's cpu and accelerator lanes
 UNATTRIBUTED = "unattributed"
@@ -45,12 +43,3 @@ def node_key() -> pl.Expr:
         UNATTRIBUTED + ":")
     return pl.when(loose).then(pl.lit(UNATTRIBUTED + ":") + unnumbered(kernel)).otherwise(
         pl.col("node_name"))
-
-
-def folded(frame: pl.DataFrame, column: str) -> pl.DataFrame:
-    """`frame` with the JAX op names of `column` (node keys) folded into the user's
-    scopes; other names (TensorFlow's, unattributed kernels) as they are."""
-    if not frame.height or not has_transforms(frame.get_column(column)):
-        return frame
-    return (fold_frame(frame, column).with_columns(pl.col("scope").alias(column))
-            .drop("scope", "direction"))

@@ -14,11 +14,12 @@ from typing import Any
 
 import polars as pl
 
+from ..analysis.jaxscopes import folded
 from ..analysis.nodestats import exact_times, execution_us
 from ..analysis.steps import step_times
 from ..analysis.warmup import flag_steps
 from ..model import Run
-from .names import TIMED_LANES, folded, node_key, op_key
+from .names import TIMED_LANES, node_key, op_key
 from .workdiff import work_from_run
 
 STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..analysis.jaxscopes import fold
+from ..analysis.jaxscopes import FOLDED, fold_series
 from ..grouping import (
     combine,
     dense,
@@ -57,22 +57,13 @@ def _labels(n: pl.LazyFrame) -> pl.LazyFrame:
     ).with_columns(
         # JAX names fold into the user's scope (analyzer.jaxscopes): `block3/mlp` for the
         # forward and the backward op alike, the pass said apart; TF names are unchanged.
-        folded=pl.col("tf_name").map_batches(_folded, return_dtype=_FOLDED),
+        folded=pl.col("tf_name").map_batches(fold_series, return_dtype=FOLDED),
     ).with_columns(
         scope=pl.col("folded").struct.field("scope").str.extract(r"^(.*)/[^/]*$", 1)
         .fill_null(""),
-        jax_pass=pl.col("folded").struct.field("direction"),
+        jax_pass=pl.col("folded").struct.field("direction").fill_null(""),
     )
     return u.select("stat_name", "timeline_label", "gpu", "op_type", **trace_events.node_json())
-
-
-_FOLDED = pl.Struct({"scope": pl.String, "direction": pl.String})
-
-
-def _folded(names: pl.Series) -> pl.Series:
-    """Per distinct label row (a few hundred): the folded JAX scope and pass of a name."""
-    pairs = [fold(n) if n is not None else ("", "") for n in names.to_list()]
-    return pl.Series([{"scope": p[0], "direction": p[1]} for p in pairs], dtype=_FOLDED)
 
 
 # Nodes repeat every step: what is the same for every execution of a node on a thread
