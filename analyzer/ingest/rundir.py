@@ -27,15 +27,8 @@ from ..schema import (
     STEP_SPAN_SCHEMA,
     TIMING_SCHEMA,
 )
+from . import stepfiles
 from .graphs import empty_op_log, ingest_graph_file, ingest_op_log_file
-from .stepfiles import (
-    PartitionGraphs,
-    StepBatch,
-    StepItem,
-    concat_step_frames,
-    ingest_step_files,
-    native_decoder_available,
-)
 from .stepwalk import StepFrames
 
 Progress = Callable[[int, int], None]
@@ -61,7 +54,7 @@ def _is_int(value: Any) -> bool:
 BATCH_FILES = 512  # at most, per batch
 
 
-def _batches(items: list[StepItem], jobs: int) -> list[list[StepItem]]:
+def _batches(items: list[stepfiles.StepItem], jobs: int) -> list[list[stepfiles.StepItem]]:
     """Contiguous batches, as few as gives every worker the same number (each batch costs
     its own frames, and the run's columns one chunk more: 1M node stats ingested in 20
     batches took ~15% longer than in 4), of at most BATCH_FILES files."""
@@ -72,12 +65,12 @@ def _batches(items: list[StepItem], jobs: int) -> list[list[StepItem]]:
 
 
 _seen_graphs: set[bytes] = set()  # per worker process: partition graphs already sent back
-_parsed_graphs = PartitionGraphs()  # per worker process
+_parsed_graphs = stepfiles.PartitionGraphs()  # per worker process
 
 
-def _ingest_batch_in_process(batch: list[StepItem], digests: bool) -> StepBatch:
+def _ingest_batch_in_process(batch: list[stepfiles.StepItem], digests: bool) -> stepfiles.StepBatch:
     """Process-pool worker: a batch, without the partition graphs it already sent."""
-    result = ingest_step_files(batch, partition_graphs=_parsed_graphs,
+    result = stepfiles.ingest_step_files(batch, partition_graphs=_parsed_graphs,
                                       digests=digests)
     for digest in list(result.graphs):
         if digest in _seen_graphs:
@@ -87,7 +80,7 @@ def _ingest_batch_in_process(batch: list[StepItem], digests: bool) -> StepBatch:
 
 
 def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
-                  ) -> list[StepBatch]:
+                  ) -> list[stepfiles.StepBatch]:
     """Every step file of `run`, in batches, in parallel where it pays (`digests`: with
     each file's content digest, for the cache's key).
 
@@ -95,12 +88,12 @@ def _ingest_steps(run: RunDir, jobs: int, progress: Progress | None, digests: bo
     without it, processes once there is enough to do (the protobuf walk holds the GIL).
     """
     sizes = _manifest_sizes(run)
-    items: list[StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
+    items: list[stepfiles.StepItem] = [(p, s, sizes.get(s)) for s, p in run.steps.items()]
     batches = _batches(items, jobs)
-    ingest_batch = functools.partial(ingest_step_files,
-                                     partition_graphs=PartitionGraphs(), digests=digests)
+    ingest_batch = functools.partial(stepfiles.ingest_step_files,
+                                     partition_graphs=stepfiles.PartitionGraphs(), digests=digests)
     if jobs > 1 and len(batches) > 1:
-        if native_decoder_available():
+        if stepfiles.native_decoder_available():
             with Background(jobs, "runlens-ingest") as pool:
                 return _collect(pool.map(ingest_batch, batches), batches, progress)
         total_bytes = sum(_size(p) for p, _, _ in items)
@@ -118,8 +111,8 @@ def _size(path: str | os.PathLike[str]) -> int:
         return 0
 
 
-def _collect(results: Iterable[StepBatch], batches: list[list[StepItem]],
-             progress: Progress | None) -> list[StepBatch]:
+def _collect(results: Iterable[stepfiles.StepBatch], batches: list[list[stepfiles.StepItem]],
+             progress: Progress | None) -> list[stepfiles.StepBatch]:
     out = []
     total, done = sum(len(b) for b in batches), 0
     for batch, result in zip(batches, results, strict=True):
@@ -130,9 +123,9 @@ def _collect(results: Iterable[StepBatch], batches: list[list[StepItem]],
     return out
 
 
-def _ingest_in_processes(batches: list[list[StepItem]], jobs: int,
+def _ingest_in_processes(batches: list[list[stepfiles.StepItem]], jobs: int,
                          progress: Progress | None, digests: bool
-                         ) -> list[StepBatch] | None:
+                         ) -> list[stepfiles.StepBatch] | None:
     """Batches in a pool of processes; None when no pool can run here (serial ingest
     gives the same frames)."""
     return map_in_processes(functools.partial(_ingest_batch_in_process, digests=digests),
@@ -199,7 +192,7 @@ def read_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: boo
     graph_nodes = _concat(graph_frames, GRAPH_NODE_SCHEMA).unique(
         subset=["name", "source", "device"], keep="first", maintain_order=True)
     worker = pl.lit(run.worker).alias("worker")
-    merged = concat_step_frames(steps, in_order=True)
+    merged = stepfiles.concat_step_frames(steps, in_order=True)
     out = {
         "memory": merged.memory,
         "allocations": merged.allocations,
