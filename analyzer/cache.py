@@ -1,7 +1,8 @@
 """Columnar cache of ingested inputs: Parquet files keyed by the inputs' content.
 
 A second analysis of the same run reads columns only. The cache of a run dir lives in its
-`.runlens/` folder, or in the user cache dir when the run dir is read-only. The cache can
+`.runlens/` folder, or in the user cache dir when the run dir is read-only, or only under
+$RUNLENS_CACHE_DIR when that is set. The cache can
 never make things worse than no cache: whatever goes wrong with it (missing, stale,
 truncated, corrupt, written by another version, replaced while read, unwritable) means
 "recompute", with at most one warning, and a broken cache is replaced by the next write.
@@ -210,9 +211,18 @@ def _user_cache_root() -> Path:
     return Path(base) / "runlens"
 
 
+CACHE_DIR_VARIABLE = "RUNLENS_CACHE_DIR"
+
+
 def _locations(run: Part) -> list[Path]:
-    """Where a part's cache lives: beside its files, else in the user cache dir."""
-    digest = hashlib.sha256(f"{run.kind}:{run.path.resolve()}".encode()).hexdigest()[:16]
+    """Where a part's cache lives: beside its files, else in the user cache dir; only
+    under $RUNLENS_CACHE_DIR when that is set (nothing is written beside the data: read-only
+    or shared inputs, and the tests, which must leave what they read byte-identical)."""
+    digest = hashlib.sha256(b"%s:%s" % (run.kind.encode(), os.fsencode(run.path.resolve()))
+                            ).hexdigest()[:16]
+    chosen = os.environ.get(CACHE_DIR_VARIABLE)
+    if chosen:
+        return [Path(chosen) / f"{digest}-v{CACHE_VERSION}"]
     # A run dir's cache is its own; other parts may share a folder, so theirs are named.
     name = "cache" if run.kind == "rundir" else f"cache-{run.kind}-{digest[:8]}"
     return [_folder(run) / ".runlens" / f"{name}-v{CACHE_VERSION}",

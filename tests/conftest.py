@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Module- and session-scoped fixtures load runs before any function fixture runs: their
+# caches go to one folder of this process (each xdist worker its own), not beside the data.
+os.environ["RUNLENS_CACHE_DIR"] = tempfile.mkdtemp(prefix="runlens-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["RUNLENS_CACHE_DIR"], True)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARE = ROOT / "fixtures" / "compare"
@@ -48,8 +54,11 @@ def run_copy(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _isolated_user_cache(tmp_path, monkeypatch):
-    """Cache writes go to the test's tmp dir, never to ~/.cache or the committed fixtures."""
+    """Cache writes go to the test's tmp dir, never to ~/.cache, the committed fixtures or
+    ../shared (RUNLENS_CACHE_DIR: nothing beside the data). A test of the cache beside a
+    run takes it off (`monkeypatch.delenv`) on a copy in its tmp dir."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.setenv("RUNLENS_CACHE_DIR", str(tmp_path / "runlens-cache"))
 
 
 def run_cli(args: list[str], expect_exit: int = 0):
