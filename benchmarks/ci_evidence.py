@@ -35,6 +35,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ci_validation import inject, load, pick_scope, subset  # noqa: E402
+
 from runlens.analyzer.gate.compare import Samples, compare  # noqa: E402
 
 MODELS = {"transformer": ("tf_base", "tf_wide", "block3/mlp"),

@@ -5,6 +5,7 @@ would give on them (docs/ci.md, "A baseline of several runs")."""
 from __future__ import annotations
 
 import polars as pl
+
 import runlens.analyzer.gate.floors as _gate
 
 # The size-class floors as shipped (--tune sets the module's floors to 0 to record).

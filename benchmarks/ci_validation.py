@@ -48,6 +48,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ci_tune import candidates, tune  # noqa: E402  (the --tune grid)
+
 from runlens.analyzer.gate.compare import Samples, compare, samples_from_run  # noqa: E402
 from runlens.analyzer.load import load_run  # noqa: E402
 

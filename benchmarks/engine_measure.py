@@ -133,6 +133,7 @@ def _cache_present(run_path: Path) -> bool:
 def child_engine(run_path: Path, mode: str, jobs: int | None) -> None:
     t = time.perf_counter()
     import polars  # noqa: F401
+
     from runlens.analyzer.analysis.views import VIEWS, ViewOptions
     from runlens.analyzer.ingest import native_decoder_available
     from runlens.analyzer.load import load_run

@@ -107,6 +107,7 @@ def build(
     cfg: Config, index: int, args: argparse.Namespace, tmp: Path, batches: list[tuple]
 ) -> Session:
     import tensorflow as tf
+
     from runlens.analyzer.capture.tf1 import CaptureHook
 
     layers = args.layers

@@ -146,6 +146,7 @@ def print_table(rows: list[dict[str, Any]], tf_rate: float) -> None:
 def main() -> int:
     args = parse_args()
     from engine import build_run, machine
+
     from runlens.analyzer.load import load_run
 
     m = machine()

@@ -35,7 +35,6 @@ GPU = (REPO.parent / "shared" / "data" / "xplane"
 
 def build(source: Path, copies: int, out: Path) -> None:
     from runlens.analyzer.proto import xplane_pb2
-
     from tests.wire_bytes import delimited
 
     space = xplane_pb2.XSpace.FromString(source.read_bytes())

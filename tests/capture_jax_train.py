@@ -14,6 +14,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+
 from runlens.analyzer.capture.jax import profile, profiled
 
 logging.basicConfig(level=logging.WARNING)

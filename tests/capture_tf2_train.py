@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
 from runlens.analyzer.capture.tf2 import ProfileCallback, profile  # noqa: E402
 
 

@@ -32,6 +32,7 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize_limit, args.fsize_limit))
 
     import tensorflow as tf
+
     from runlens.analyzer.capture.tf1 import CaptureHook
 
     tf.compat.v1.disable_eager_execution()

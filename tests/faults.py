@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 
 import polars as pl
+
 from runlens.analyzer import ingest
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.load import load_run
-
 from tests.wire_bytes import delimited
 
 # The executions as read (no column derived from graphs, which a damaged but valid
@@ -212,6 +212,7 @@ def cli_as_nobody(commands: list[list[str]], cache_home: Path) -> list[list]:
             os.setuid(nobody.pw_uid)
             os.environ["XDG_CACHE_HOME"] = str(cache_home)
             from click.testing import CliRunner
+
             from runlens.cli import main
 
             results = [CliRunner().invoke(main, args) for args in commands]

@@ -121,6 +121,7 @@ def deep(gz: bool) -> bytes:
 def cli_outcome(args: list[str]) -> tuple[int, str]:
     """Exit code and output of the CLI in this process (as tests/conftest's run_cli)."""
     from click.testing import CliRunner
+
     from runlens.cli import main
 
     result = CliRunner().invoke(main, [str(a) for a in args])

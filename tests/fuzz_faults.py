@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 from runlens.analyzer import cache  # noqa: E402
 from runlens.analyzer.load import load_run  # noqa: E402
 from runlens.analyzer.rundir import find_runs  # noqa: E402
-
 from tests import faults  # noqa: E402
 from tests.conftest import FIXTURE_NAMES, FIXTURES  # noqa: E402
 from tests.test_faults import _READER, _WRITER  # noqa: E402

@@ -30,7 +30,6 @@ def fuzz(so: Path, iterations: int, seed: int) -> None:
     sys.path.insert(0, str(ROOT))
     from runlens.analyzer import ingest
     from runlens.analyzer.rundir import find_runs
-
     from tests.test_native_decoder import _mutations
 
     module = sanitized.load("_stepstats", so)

@@ -57,9 +57,9 @@ def _mutate(data: bytes, rng: random.Random) -> bytes:
 
 def fuzz(iterations: int, seed: int) -> None:
     import numpy as np
+
     from runlens.analyzer.errors import InputFileError
     from runlens.analyzer.sources import xplane, xplane_wire
-
     from tests.xplane_run import CAPTURED, fixture_file
 
     native = xplane_wire._xplane

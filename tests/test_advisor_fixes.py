@@ -8,10 +8,10 @@ import inspect
 import re
 
 import pytest
+
 from runlens import checkers
 from runlens.analyzer.load import load_run
 from runlens.checkers.base import REGISTRY
-
 from tests.conftest import FIXTURES
 
 tf = pytest.importorskip("tensorflow")

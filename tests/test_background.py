@@ -7,6 +7,7 @@ import threading
 import warnings
 
 import pytest
+
 from runlens.analyzer.background import Background, map_in_processes
 
 

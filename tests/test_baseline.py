@@ -13,11 +13,11 @@ import random
 import re
 
 import pytest
+
 from runlens.analyzer.errors import InputFileError
 from runlens.analyzer.gate.baseline import load_baseline, save_baseline
 from runlens.analyzer.gate.compare import samples_from_run
 from runlens.analyzer.load import load_run
-
 from tests.conftest import COMPARE, run_cli
 
 

@@ -12,11 +12,11 @@ import re
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.errors import InputFileError
 from runlens.analyzer.gate.baseline import load_baseline
 from runlens.analyzer.gate.baseruns import merge_runs, run_sources
 from runlens.analyzer.gate.compare import Samples, compare
-
 from tests.conftest import COMPARE, TF_RUNS, run_cli
 
 RUNS = TF_RUNS

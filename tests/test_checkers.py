@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from runlens import checkers
 from runlens.analyzer.load import load_run
 from runlens.checkers.base import REGISTRY, Checker, register
-
 from tests.conftest import FIXTURES, run_cli
 
 # checker name: (fixture where it must fire, fixture where it must stay quiet, why)

@@ -8,12 +8,12 @@ import json
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.warmup import flag_steps
 from runlens.analyzer.gate.compare import Samples, compare, samples_from_run, warmup_steps
 from runlens.analyzer.gate.verdicts import WATCH_ADVICE
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
-
 from tests.conftest import COMPARE, TF_RUNS, run_cli
 
 RUNS = TF_RUNS

@@ -12,6 +12,7 @@ import sys
 
 import click
 import pytest
+
 from runlens import cli
 from runlens.analyzer import registries
 from runlens.analyzer.analysis.views import VIEWS

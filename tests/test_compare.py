@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate.compare import (
     Samples,
     compare,
@@ -18,7 +19,6 @@ from runlens.analyzer.gate.compare import (
     save_baseline,
 )
 from runlens.analyzer.load import load_run
-
 from tests.conftest import COMPARE, run_cli
 
 

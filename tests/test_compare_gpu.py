@@ -10,10 +10,10 @@ import json
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate.compare import compare, samples_from_run
 from runlens.analyzer.gate.names import op_key
 from runlens.analyzer.load import load_run
-
 from tests.conftest import ROOT, run_cli
 
 JAX = ROOT.parent / "shared" / "data" / "gpu-jax"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from runlens import checkers
 from runlens.analyzer.load import load_run
 from runlens.analyzer.report.run_data import run_data
-
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 CONVERTED = ["gpu_kittibox", "gpu_mnist"]

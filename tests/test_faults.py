@@ -20,12 +20,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer import cache
 from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import config_pb2
 from runlens.analyzer.rundir import find_runs
-
 from tests import faults
 from tests.conftest import FIXTURES, ROOT, run_cli
 
@@ -230,6 +230,7 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     # nobody cannot read this interpreter's own files (root's home): import what the
     # commands import lazily before the fork, by running them once here as root.
     from click.testing import CliRunner
+
     from runlens.cli import main
 
     faults.copy_run(FIXTURES / "plain_session", tmp_path / "warm" / "r")

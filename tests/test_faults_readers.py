@@ -19,9 +19,9 @@ import subprocess
 import sys
 
 import pytest
+
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import config_pb2, graph_pb2, node_def_pb2, xplane_pb2
-
 from tests import faults
 from tests import faults_readers as fr
 from tests.conftest import ROOT, run_cli

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from runlens.analyzer.proto import profile_pb2
 
+from runlens.analyzer.proto import profile_pb2
 from tests.conftest import FIXTURES, run_cli
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" /

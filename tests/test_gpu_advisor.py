@@ -39,7 +39,6 @@ def test_idle_before_the_first_kernel_is_a_warning_with_its_place():
 
 def _xprof(name: str):
     from runlens.analyzer.sources.xplane import xplane_files
-
     from tests.xprof_oracle import op_stats, step_db
 
     path = xplane_files(GPU_JAX / name)[0]

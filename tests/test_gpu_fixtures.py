@@ -16,10 +16,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.nodestats import executed_stats
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import config_pb2
-
 from tests.conftest import FIXTURES, ROOT
 
 GPU_FIXTURES = ["gpu_kittibox", "gpu_mnist"]

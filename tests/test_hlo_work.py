@@ -12,12 +12,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate.compare import compare, samples_from_run
 from runlens.analyzer.gate.workdiff import work_note
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import xplane_pb2
 from runlens.analyzer.sources.xplane_hlo import read_programs
-
 from tests.conftest import ROOT, run_cli
 
 JAX = ROOT.parent / "shared" / "data" / "gpu-jax"

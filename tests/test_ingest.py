@@ -11,12 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer import cache
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.cache import CACHE_VERSION
 from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
-
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 
@@ -254,6 +254,7 @@ def test_every_captured_fixture_has_five_traced_steps(captured_dir):
 def test_parallel_ingest_gives_the_serial_frames(monkeypatch):
     """Threads (C decoder) and processes (protobuf walk) load what one thread loads."""
     from polars.testing import assert_frame_equal
+
     from runlens.analyzer.ingest import rundir as rundir_reader
 
     def frames(**kw):
@@ -284,6 +285,7 @@ def test_a_run_built_from_whole_frames_equals_the_loaded_one():
     """Executions and outputs are kept by key; a Run given the whole frames (as replace()
     is) splits them again, and shows the same frames and per-node numbers."""
     from polars.testing import assert_frame_equal
+
     from runlens.analyzer.analysis.nodestats import node_stats
     from runlens.analyzer.model import Run
 

@@ -9,8 +9,8 @@ import re
 
 import polars as pl
 import pytest
-from runlens.analyzer.analysis.jaxscopes import BACKWARD, FORWARD, fold
 
+from runlens.analyzer.analysis.jaxscopes import BACKWARD, FORWARD, fold
 from tests.conftest import ROOT, run_cli
 
 JAX_FIXTURE = ROOT / "fixtures" / "xplane" / "jax_train"
@@ -238,9 +238,10 @@ def xprof_folded_scopes(logdir, depth: int = 2) -> pl.DataFrame:
     import shutil
     import tempfile
 
+    from xprof.convert import raw_to_tool_data
+
     from runlens.analyzer.analysis.jaxscopes import fold_frame
     from runlens.analyzer.sources.xplane import xplane_files
-    from xprof.convert import raw_to_tool_data
 
     path = xplane_files(logdir)[0]
     with tempfile.TemporaryDirectory() as tmp:

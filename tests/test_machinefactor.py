@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate import machinefactor
 from runlens.analyzer.gate.compare import compare, machine_factor
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+
 from runlens.analyzer import ingest
 from runlens.analyzer.errors import InputFileError
 from runlens.analyzer.proto import step_stats_pb2 as ss
 from runlens.analyzer.rundir import find_runs
-
 from tests.conftest import FIXTURES
 from tests.wire_bytes import delimited
 

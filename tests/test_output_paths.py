@@ -89,6 +89,7 @@ def test_report_into_a_directory_the_user_cannot_write_is_exit_2(tmp_path):
         assert "Permission denied" in _report(locked / "r.html", expect=2)
         return
     from click.testing import CliRunner
+
     from runlens.cli import main
 
     # pytest's tmp folders are root's alone: a world-readable one under /tmp

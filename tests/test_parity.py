@@ -10,11 +10,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.nodestats import node_stats
 from runlens.analyzer.analysis.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
-
 from tests.conftest import FIXTURES
 
 pytest.importorskip("tensorflow")

@@ -12,6 +12,7 @@ import sys
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+
 from runlens import checkers
 from runlens.analyzer import cache, productcache, products
 from runlens.analyzer.analysis.codepaths import CODE_PATHS
@@ -19,7 +20,6 @@ from runlens.analyzer.analysis.nodestats import NODE_STATS, node_stats
 from runlens.analyzer.analysis.stepselect import STEP_FLAGS, StepChoice, analysed, step_flags
 from runlens.analyzer.analysis.views import DEFAULT_TREE, VIEWS, ViewOptions, op_view
 from runlens.analyzer.load import load_run
-
 from tests.conftest import FIXTURES, ROOT
 
 DERIVING = ("runlens.analyzer.analysis.views", "runlens.analyzer.analysis.nodestats",

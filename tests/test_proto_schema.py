@@ -444,10 +444,11 @@ def test_round_trip_op_log(tf_outputs: dict[str, Any]) -> None:
 def test_every_fixture_file_round_trips_through_our_schema(fixture_dir):
     """Step files, graph.pb and op_log.pb of every committed fixture: nothing is lost."""
     pytest.importorskip("tensorflow")
-    from runlens.analyzer.proto import config_pb2, graph_pb2, tfprof_log_pb2
     from tensorflow.core.framework import graph_pb2 as tf_graph_pb2
     from tensorflow.core.profiler import tfprof_log_pb2 as tf_tfprof_log_pb2
     from tensorflow.core.protobuf import config_pb2 as tf_config_pb2
+
+    from runlens.analyzer.proto import config_pb2, graph_pb2, tfprof_log_pb2
 
     files = [(p, config_pb2.RunMetadata, tf_config_pb2.RunMetadata)
              for p in sorted((fixture_dir / "steps").glob("step-*.pb"))]

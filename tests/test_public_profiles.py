@@ -18,9 +18,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.load import load_run
-
 from tests.conftest import ROOT
 
 DATA = Path(os.environ.get("RUNLENS_PUBLIC_PROFILES",

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate.compare import compare, samples_from_run
 from runlens.analyzer.load import load_run
 from runlens.analyzer.report import compare_page
 from runlens.analyzer.report.compare_data import metric_row
 from runlens.analyzer.report.page import embed_json
-
 from tests.conftest import COMPARE, FIXTURES, ROOT, run_cli
 
 DATA_RE = re.compile(r'<script type="application/json" id="runlens-data">(.*?)</script>', re.S)

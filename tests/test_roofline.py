@@ -12,12 +12,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.stepselect import StepChoice
 from runlens.analyzer.load import load_run
 from runlens.checkers import run_checks
 from runlens.checkers.base import Analysis
 from runlens.checkers.roofline import op_work, peaks
-
 from tests.conftest import ROOT
 
 JAX = ROOT.parent / "shared" / "data" / "gpu-jax"

@@ -6,9 +6,9 @@ import json
 import shutil
 
 import pytest
+
 from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
-
 from tests.conftest import FIXTURES, run_cli
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+
 from runlens.analyzer import cache, ingest, schema
 from runlens.analyzer.model import Run
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from polars.testing import assert_frame_equal
+
 from runlens.analyzer import cache
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import SOURCES, Selection, detect, registered
-
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 SRC = ROOT / "fixtures" / "sources"

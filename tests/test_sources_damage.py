@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runlens.analyzer.sources import damage
 
+from runlens.analyzer.sources import damage
 from tests.conftest import ROOT, run_cli
 
 FIXTURES = ROOT / "fixtures"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import shutil
 
 from polars.testing import assert_frame_equal
+
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import detect
-
 from tests.conftest import ROOT, run_cli
 
 XPLANE = ROOT / "fixtures" / "xplane" / "keras_fit"

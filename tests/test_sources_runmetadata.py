@@ -9,12 +9,12 @@ import polars as pl
 import pytest
 from google.protobuf import text_format
 from polars.testing import assert_frame_equal
+
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import config_pb2, graph_pb2
 from runlens.analyzer.rundir import RunDirWriter
 from runlens.analyzer.sources import detect
 from runlens.analyzer.sources.events import masked_crc, records
-
 from tests.conftest import ROOT, run_cli
 
 SOURCES = ROOT / "fixtures" / "sources"

@@ -16,10 +16,10 @@ import shutil
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.views import ViewOptions, code_view, op_view, scope_view
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import detect
-
 from tests.conftest import CAPTURED, FIXTURES, ROOT, run_cli
 
 PROFILE = ROOT / "fixtures" / "sources" / "tfprof"
@@ -105,7 +105,6 @@ def test_gpu_profile_keeps_tfprofs_accelerator_and_cpu_time(name, tmp_path):
     """Real GPU traces: tfprof's profile keeps /stream:all (accelerator) and op-lane (cpu)
     times; per node they equal tfprof's scope view of the same Profiler."""
     from runlens.analyzer.analysis.nodestats import node_stats
-
     from tests import tfprof_oracle as oracle
 
     prof = oracle.profiler(FIXTURES / name, graph=False)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+
 from runlens.analyzer.proto import tfprof_log_pb2
 from runlens.analyzer.sources import tfprof
-
 from tests.conftest import CAPTURED, ROOT, run_cli
 
 PROFILE = ROOT / "fixtures" / "sources" / "tfprof" / "profile_4"

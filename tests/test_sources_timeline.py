@@ -11,10 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import detect
-
 from tests.conftest import FIXTURES, ROOT, run_cli
 from tests.test_gpu_fixtures import DATA, ft
 

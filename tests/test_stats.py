@@ -7,6 +7,8 @@ import random
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
+
 from runlens.analyzer.gate.stats import (
     benjamini_hochberg,
     hodges_lehmann,
@@ -14,7 +16,6 @@ from runlens.analyzer.gate.stats import (
     smallest_p,
     u_null_cdf,
 )
-from scipy import stats as scipy_stats
 
 
 def test_exact_p_values_are_scipys_and_beat_the_normal_approximation():

@@ -13,13 +13,13 @@ import shutil
 
 import polars as pl
 import pytest
+
 from runlens import checkers
 from runlens.analyzer import cache
 from runlens.analyzer.analysis.steps import median_step
 from runlens.analyzer.analysis.stepselect import StepChoice, analysed, step_flags
 from runlens.analyzer.analysis.views import ViewOptions, code_view, graph_view, op_view, scope_view
 from runlens.analyzer.load import load_run
-
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 BASE_B = ROOT / "fixtures" / "compare" / "base_b"

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis import graph
 from runlens.analyzer.analysis.graph import critical_path, critical_paths
 from runlens.analyzer.load import load_run
@@ -26,7 +27,6 @@ from runlens.analyzer.render.chrome_trace import export
 from runlens.analyzer.sources import Selection
 from runlens.analyzer.timeline import TimelineOptions, build_trace, parse_step_range
 from runlens.analyzer.timeline.lanes import sublanes
-
 from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+
 from runlens.analyzer.load import load_run
 from runlens.analyzer.render.chrome_trace import write_trace
 from runlens.analyzer.timeline import TimelineOptions, build_trace, jsonrows
 from runlens.analyzer.timeline.jsonfrag import jstr
 from runlens.analyzer.timeline.jsonrows import Int, Lists, Rows, Text, Texts
-
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
 native = pytest.mark.skipif(jsonrows.native is None, reason="runlens.analyzer._jsonrows not built")

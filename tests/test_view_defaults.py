@@ -7,6 +7,7 @@ import json
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.views import (
     ALL_METRICS,
     VIEWS,
@@ -17,7 +18,6 @@ from runlens.analyzer.analysis.views import (
 )
 from runlens.analyzer.load import load_run
 from runlens.analyzer.units import fmt_bytes, fmt_count, fmt_number, fmt_us
-
 from tests.conftest import FIXTURES, run_cli
 
 

@@ -8,13 +8,13 @@ import json
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.nodestats import node_stats
 from runlens.analyzer.analysis.stepselect import analysed
 from runlens.analyzer.analysis.views import VIEWS, ViewOptions
 from runlens.analyzer.errors import RunlensError
 from runlens.analyzer.load import load_run
 from runlens.analyzer.registries import formats, renderer
-
 from tests.conftest import FIXTURES, run_cli
 
 ROW_KEYS = {"name", "micros", "cpu_micros", "accelerator_micros", "requested_bytes",

@@ -9,11 +9,11 @@ import json
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.gate.baseline import load_baseline, save_baseline
 from runlens.analyzer.gate.compare import compare, samples_from_run
 from runlens.analyzer.gate.workdiff import work_diff, work_from_run, work_note
 from runlens.analyzer.load import load_run
-
 from tests.conftest import COMPARE, run_cli
 
 SAME = [("tf_base_a", "tf_base_b"), ("tf_base_b", "tf_base_c"), ("tf_base_c", "tf_base_a"),

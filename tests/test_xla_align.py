@@ -6,6 +6,7 @@ of no module, a launch too big to align)."""
 from __future__ import annotations
 
 import numpy as np
+
 from runlens.analyzer.proto import hlo_pb2
 from runlens.analyzer.sources import xla_align
 from runlens.analyzer.sources.xla_attribution import (

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.analysis.attribution import attribution_shares
 from runlens.analyzer.load import load_run
 from runlens.analyzer.model import Run
@@ -226,7 +227,6 @@ def test_sub_microsecond_ops_are_not_rounded() -> None:
     The text shows a sub-10 us time with its decimal."""
     from runlens.analyzer.analysis.nodestats import node_stats
     from runlens.analyzer.units import fmt_us
-
     from tests.xplane_run import fixture_file, xplane_run
     from tests.xprof_oracle import framework_op_stats
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import detect
 from runlens.analyzer.sources.xplane import xplane_files
 from runlens.analyzer.sources.xplane_read import parse_op_name, self_times
-
 from tests.conftest import run_cli
 from tests.xplane_run import CAPTURED, FIXTURES, GPU_XPLANE, fixture_file, xplane_run
 
