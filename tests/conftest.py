@@ -53,12 +53,19 @@ def run_copy(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_user_cache(tmp_path, monkeypatch):
+def _isolated_user_cache(tmp_path, tmp_path_factory, monkeypatch):
     """Cache writes go to the test's tmp dir, never to ~/.cache, the committed fixtures or
     ../shared (RUNLENS_CACHE_DIR: nothing beside the data). A test of the cache beside a
     run takes it off (`monkeypatch.delenv`) on a copy in its tmp dir."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
-    monkeypatch.setenv("RUNLENS_CACHE_DIR", str(tmp_path / "runlens-cache"))
+    monkeypatch.setenv("RUNLENS_CACHE_DIR", str(tmp_path_factory.mktemp("runlens-cache")))
+
+
+@pytest.fixture
+def cache_beside_data(_isolated_user_cache, monkeypatch):
+    """The cache where users get it, beside the data (RUNLENS_CACHE_DIR unset): for the
+    tests of its placement, which work on copies in their tmp dir."""
+    monkeypatch.delenv("RUNLENS_CACHE_DIR")
 
 
 def run_cli(args: list[str], expect_exit: int = 0):

@@ -12,6 +12,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -194,35 +196,49 @@ if __name__ == "__main__":  # python tests/faults.py FILE: ingest_one as JSON
     os._exit(0)
 
 
+# Run as the other user: the CLI in-process over each command, [exit code, output] as JSON.
+_AS_NOBODY = """
+import json, site, sys
+for folder in json.loads(sys.argv[1]):
+    site.addsitedir(folder)
+from click.testing import CliRunner
+from runlens.cli import main
+results = [CliRunner().invoke(main, args) for args in json.loads(sys.argv[2])]
+print(json.dumps([[r.exit_code, r.output] for r in results]))
+"""
+
+
+def _interpreter_for(user: str) -> str:
+    """A Python of this one's version that `user` may run: this one where its files are
+    readable by others, else the system's (this one may live in root's home)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, getattr(sys, "_base_executable", ""),
+                      f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        try:
+            if candidate and subprocess.run([candidate, "-c", "import json, site"], user=user,
+                                            capture_output=True, cwd="/").returncode == 0:
+                return candidate
+        except OSError:  # not executable by `user`
+            continue
+    raise AssertionError(f"no {version} that {user} may run (the dev setup has /usr/bin's)")
+
+
 def cli_as_nobody(commands: list[list[str]], cache_home: Path) -> list[list]:
-    """[exit code, output] of each `analyze` command run as the user `nobody` (as root
-    a permission cannot bite), in a forked child running the CLI in-process: nobody may
-    not be able to read this interpreter's files (root's home), so the caller first runs
-    the same commands once as root, which imports what they import lazily."""
+    """[exit code, output] of each `analyze` command run as the user `nobody` (as root a
+    permission cannot bite), in a subprocess started as nobody (not a fork of this process,
+    whose JAX and polars threads a fork would leave in an unknown state). It sees this
+    environment's packages through their site folders (readable by others)."""
     import pwd
 
     nobody = pwd.getpwnam("nobody")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nobody (it cannot exec python)
-        code = 99
-        try:
-            os.close(read_end)
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            os.environ["XDG_CACHE_HOME"] = str(cache_home)
-            from click.testing import CliRunner
-
-            from runlens.cli import main
-
-            results = [CliRunner().invoke(main, args) for args in commands]
-            os.write(write_end, json.dumps([[r.exit_code, r.output] for r in results]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as f:
-        results = json.loads(f.read() or "[]")
-    os.waitpid(pid, 0)
+    folders = [p for p in sys.path if p.endswith("-packages") and Path(p).is_dir()]
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home), "HOME": str(cache_home)}
+    env.pop("RUNLENS_CACHE_DIR", None)  # root's temp folder: nobody may not write there
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([_interpreter_for("nobody"), "-c", _AS_NOBODY, json.dumps(folders),
+                           json.dumps(commands)], user=nobody.pw_uid, group=nobody.pw_gid,
+                          extra_groups=[], env=env, capture_output=True, text=True, cwd="/")
+    assert done.returncode == 0, f"the subprocess as nobody failed: {done.stderr[-2000:]}"
+    results = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(results) == len(commands), "the child failed"
     return results

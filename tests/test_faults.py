@@ -227,17 +227,6 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
     commands = [["summary", str(target)], ["compare", str(target), str(target)],
                 ["compare", str(baseline), str(target)],
                 ["report", str(target), "-o", str(out / "nobody.html")]]
-    # nobody cannot read this interpreter's own files (root's home): import what the
-    # commands import lazily before the fork, by running them once here as root.
-    from click.testing import CliRunner
-
-    from runlens.cli import main
-
-    faults.copy_run(FIXTURES / "plain_session", tmp_path / "warm" / "r")
-    (tmp_path / "warm" / "base.json").write_text("{}")
-    for args in commands:
-        CliRunner().invoke(main, [a.replace(str(tmp_path), str(tmp_path / "warm"))
-                                  for a in args])
     results = faults.cli_as_nobody(commands, tmp_path / "nobody-cache")
     shutil.rmtree(out, ignore_errors=True)
     for args, (exit_code, output) in zip(commands, results, strict=True):
@@ -250,7 +239,8 @@ def test_an_unreadable_run_dir_is_one_line_exit_2(tmp_path):
 # ----------------------------------------------------------------------------- cache
 
 
-def test_any_damage_to_the_cache_means_recompute_with_at_most_one_warning(run_copy):
+def test_any_damage_to_the_cache_means_recompute_with_at_most_one_warning(
+        run_copy, cache_beside_data):
     """60 damaged caches: views equal fresh ones, at most one warning, and the next
     load reads a healed cache with no warning."""
     run_dir = run_copy("mlp")
@@ -333,7 +323,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
-def test_readers_never_fail_while_writers_replace_the_cache(run_copy):
+def test_readers_never_fail_while_writers_replace_the_cache(run_copy, cache_beside_data):
     """Real processes: 3 readers load lazily and read views after a pause while 2
     writers keep writing new caches (which replaced the folder under readers before)."""
     run_dir = run_copy("plain_session")

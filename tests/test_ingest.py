@@ -115,7 +115,7 @@ def test_newer_format_version_is_refused(run_copy):
     result = run_cli(["summary", run_dir], expect_exit=2)
     assert "newer" in result.output
 
-def test_cache_is_used_and_invalidated(run_copy):
+def test_cache_is_used_and_invalidated(run_copy, cache_beside_data):
     run_dir = run_copy("mlp")
     cold = load_run(run_dir)
     cache.wait()  # it is written in the background
@@ -129,7 +129,7 @@ def test_cache_is_used_and_invalidated(run_copy):
     changed = load_run(run_dir)
     assert len(changed.steps) == len(cold.steps) - 1 and changed.warnings
 
-def test_a_process_exits_once_its_cache_is_written(run_copy):
+def test_a_process_exits_once_its_cache_is_written(run_copy, cache_beside_data):
     """load_run writes the cache in a background thread; the interpreter waits for it."""
     run_dir = run_copy("mlp")
     subprocess.run([sys.executable, "-c", "import sys; from runlens.analyzer.load import load_run; "
@@ -137,7 +137,7 @@ def test_a_process_exits_once_its_cache_is_written(run_copy):
     assert (run_dir / ".runlens" / f"cache-v{CACHE_VERSION}" / "key.json").is_file()
 
 
-def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
+def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch, cache_beside_data):
     """A product whose computation fails is not cached (no half-written file, no hang)
     and the error reaches the caller; the frames it was computed from are cached."""
     run_dir = run_copy("mlp")
@@ -155,7 +155,7 @@ def test_an_analysis_that_fails_leaves_no_cache(run_copy, monkeypatch):
     assert not [p for p in loc.rglob("*") if "code_paths" in p.name or "tree" in p.name]
 
 
-def test_a_new_cache_removes_the_caches_of_other_versions(run_copy):
+def test_a_new_cache_removes_the_caches_of_other_versions(run_copy, cache_beside_data):
     run_dir = run_copy("mlp")
     old = run_dir / ".runlens" / "cache-v1"
     old.mkdir(parents=True)
@@ -189,7 +189,7 @@ def test_views_read_from_the_cache_equal_fresh_views(tmp_path, workers):
     assert callable(cached._frames["code"])  # code paths read from the cache, not recomputed
 
 
-def test_unwritable_run_dir_caches_in_the_user_cache(run_copy, tmp_path):
+def test_unwritable_run_dir_caches_in_the_user_cache(run_copy, tmp_path, cache_beside_data):
     run_dir = run_copy("mlp")
     (run_dir / ".runlens").write_text("a file where the cache folder would go")
     load_run(run_dir)
@@ -304,7 +304,7 @@ def test_a_run_built_from_whole_frames_equals_the_loaded_one():
     assert_frame_equal(filtered.nodes, run.nodes)
 
 
-def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path):
+def test_a_cache_written_by_other_code_is_never_read(run_copy, tmp_path, cache_beside_data):
     """The key covers the engine's code (cache.code_digest): a run analysed by another
     build of runlens (here: this one with one comment added to warmup.py, the rule behind
     the cached step flags) and then by this one is computed again, not read."""

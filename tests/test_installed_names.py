@@ -78,14 +78,19 @@ def test_no_symlink_in_the_tree():
 
 def test_pyproject_names_every_package_of_the_tree():
     """The packages are listed (not found, so that tests/ and fixtures/ stay out of the
-    wheel): the list must hold every folder of analyzer/ and checkers/ with an __init__.py."""
+    wheel): the list must hold every folder of analyzer/ and checkers/ with an __init__.py,
+    and the data-only folders whose files are shipped (package-data: the report's vendor/),
+    which setuptools otherwise installs with a deprecation warning."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert config["package-dir"] == {"runlens": "."}
     on_disk = {"runlens"} | {
         "runlens." + ".".join(p.parent.relative_to(ROOT).parts)
         for top in ("analyzer", "checkers") for p in (ROOT / top).rglob("__init__.py")
         if "__pycache__" not in p.parts}
-    assert set(config["packages"]) == on_disk
+    data_only = {name for name in config["package-data"] if name not in on_disk}
+    for name in data_only:
+        assert (ROOT / Path(*name.split(".")[1:])).is_dir(), name
+    assert set(config["packages"]) == on_disk | data_only
 
 
 def _checkout(dest: Path) -> None:

@@ -74,7 +74,7 @@ def test_a_run_does_not_change_once_loaded(run_copy):
     assert run.memo.values  # what was derived lives in the products' memo
 
 
-def test_a_second_process_reads_the_products_from_the_cache(run_copy):
+def test_a_second_process_reads_the_products_from_the_cache(run_copy, cache_beside_data):
     """The first analysis computes the per-node numbers, step flags, code paths and
     trees and caches them; a second process reads them (neither the executions nor the
     code traces are read) and shows the same views as a fresh ingest."""
@@ -148,7 +148,7 @@ def test_a_producers_digest_covers_the_modules_it_imports(monkeypatch, fresh_dig
 
 
 def test_a_cached_product_is_not_read_once_its_code_changed(run_copy, monkeypatch,
-                                                             fresh_digests):
+                                                             fresh_digests, cache_beside_data):
     """A product is served from the key its code digest is part of: a frame kept under
     the current key is what the next analysis gets (here a planted one); once the
     producer's module changes, it is computed again (and kept under the new key)."""
@@ -168,7 +168,7 @@ def test_a_cached_product_is_not_read_once_its_code_changed(run_copy, monkeypatc
     assert len(_product_files(run_dir, "node_stats")) == 2 and kept.exists()
 
 
-def test_a_damaged_product_is_computed_again(run_copy):
+def test_a_damaged_product_is_computed_again(run_copy, cache_beside_data):
     run_dir = run_copy("mlp")
     expected = node_stats(analysed(load_run(run_dir)))
     cache.wait()
@@ -182,7 +182,7 @@ def test_a_damaged_product_is_computed_again(run_copy):
                              NODE_STATS.digest) is not None  # rewritten whole
 
 
-def test_products_of_several_workers_follow_every_worker(tmp_path):
+def test_products_of_several_workers_follow_every_worker(tmp_path, cache_beside_data):
     """A run of two run dirs keeps its products under both parts' caches: when one
     worker's inputs change, the next analysis computes them again."""
     for w in range(2):

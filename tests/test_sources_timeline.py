@@ -141,7 +141,7 @@ def test_unknown_input_lists_the_kinds(tmp_path):
     assert "unknown source 'nope'" in result.output
 
 
-def test_cache_of_a_timeline_file_follows_its_file(tmp_path):
+def test_cache_of_a_timeline_file_follows_its_file(tmp_path, cache_beside_data):
     trace = tmp_path / "timeline-3.json"
     shutil.copy(HOOK / "timeline-3.json", trace)
     fresh = load_run(trace, use_cache=False)
