@@ -112,6 +112,25 @@ def test_workers_whose_windows_do_not_overlap_are_refused(tmp_path: Path) -> Non
     assert "workers    2" in forced
 
 
+def test_workers_that_ran_different_programs_are_refused() -> None:
+    """two_programs: a TF2 and a JAX process profiling at the same moment (windows
+    overlap, from the raw Task Environment planes) are not one job."""
+    windows = []
+    for task in (0, 1):
+        space = xplane_pb2.XSpace.FromString(
+            (WORKERS / "two_programs" / f"worker{task}" / FILE).read_bytes())
+        env = next(p for p in space.planes if p.name == "Task Environment")
+        names = {k: v.name for k, v in env.stat_metadata.items()}
+        stats = {names[s.metadata_id]: s.int64_value or s.uint64_value for s in env.stats}
+        windows.append((stats["profile_start_time"], stats["profile_stop_time"]))
+    assert max(w[0] for w in windows) < min(w[1] for w in windows)  # they overlap
+    out = run_cli(["summary", WORKERS / "two_programs", "--no-cache"], expect_exit=2).output
+    assert out.count("\n") == 1
+    assert "not one job: they ran different programs" in out
+    assert "workers    2" in run_cli(["summary", WORKERS / "two_programs", "--no-cache",
+                                       "--workers"]).output
+
+
 def test_shares_of_a_step_are_per_worker() -> None:
     """RL101 on two TF workers: CollectiveReduceV2's share of the step is each worker's
     op time against its own step, averaged (raw events), never over 100%."""
