@@ -163,7 +163,11 @@ class SlowWorker(Checker):
                       "cause_excess_us": round(excess, 1),
                       **{k: round(v, 1) for k, v in c.items()},
                       **({"slower_op": op, "slower_op_excess_us": round(op_excess, 1)}
-                         if op else {})},
+                         if op else {}),
+                      "per_step": [{"step": r["step"], "last": r["slow_worker"]
+                                    + ("" if who == worker else f" {r['slow_device']}"),
+                                    "wait_us": round(r["wait_us"], 1)}
+                                   for r in last.iter_rows(named=True)]},
             suggestion=_FIXES[key], impact=share)
 
 
