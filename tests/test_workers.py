@@ -26,7 +26,7 @@ FILE = Path("plugins/profile/run1/host.xplane.pb")
 ALL = ("tf_balanced", "tf_slow", "jax_balanced", "jax_slow")
 
 
-def _raw_steps(path: Path, op_prefix: str) -> dict[int, dict[str, float]]:
+def _raw_steps(path: Path, op_prefix: str | tuple[str, ...]) -> dict[int, dict[str, float]]:
     """From the raw XSpace: per `train` step marker (step_num), its span (us) and the
     time (us) of host events named `op_prefix...` that start inside it."""
     space = xplane_pb2.XSpace.FromString(path.read_bytes())
@@ -169,6 +169,11 @@ def test_the_slow_worker_and_its_cause_are_named() -> None:
     assert tf.evidence["wait_us_per_step"] == pytest.approx(wait, rel=0.05)
     assert wait > 25_000  # the 30 ms sleep, less what worker 1 waited itself
     [jax] = _slow_worker("jax_slow")
+    # JAX on CPU: the psum's HLO instructions (psum_invariant.N, all-reduce) as thunks
+    raw = [_raw_steps(WORKERS / "jax_slow" / f"worker{k}" / FILE,
+                      ("psum_invariant", "all-reduce")) for k in (0, 1)]
+    wait = statistics.median(raw[0][s]["op_us"] - raw[1][s]["op_us"] for s in raw[0])
+    assert jax.evidence["wait_us_per_step"] == pytest.approx(wait, rel=0.05)
     assert jax.where["worker"] == "worker1/host"
     assert jax.evidence["cause"] == "host_before_first_op"
     assert jax.evidence["before_us"] > 25_000 > jax.evidence["peer_before_us"]
