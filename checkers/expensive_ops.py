@@ -59,8 +59,11 @@ class ExpensiveOps(Checker):
         graph_note = f" (graph op type {', '.join(graph_types)})" if graph_types else ""
         step_us = a.mean_step_us
         parallel = ""
-        if step_us and total_us > step_us:
-            parallel = (f"; op time per step ({fmt_us(total_us)}) exceeds the step "
+        workers = a.workers  # op time is summed over workers; each has its own step
+        per_worker = total_us / workers
+        each = f" a worker (mean over {workers})" if workers > 1 else ""
+        if step_us and per_worker > step_us:
+            parallel = (f"; op time per step{each} ({fmt_us(per_worker)}) exceeds the step "
                         f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
                         "step add up to more than 100%")
         evidence = {
@@ -69,11 +72,13 @@ class ExpensiveOps(Checker):
             "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
             "code_lines": [_row(r, total_us, a, "code") for r in lines],
             "op_time_us_per_step": total_us,
+            "op_time_us_per_worker_step": round(per_worker, 1),
+            "workers": workers,
             "step_time_us": round(step_us, 1),
         }
         yield self.finding(
             f"{top['kernel']}{graph_note} takes {pct(top['micros'] / total_us)} of op time "
-            f"({fmt_us(top['micros'])} per step over {top['nodes']} nodes)"
+            f"({fmt_us(top['micros'] / workers)} per step{each} over {top['nodes']} nodes)"
             + (f"; {', '.join(also)}" if also else "") + parallel,
             where={"op": top["kernel"], "scope": scopes["scope"][0] if scopes.height else None,
                    "code": lines[0]["code"] if lines else None},
@@ -81,14 +86,14 @@ class ExpensiveOps(Checker):
             suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
                        "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
                        "the other findings say why they are slow.",
-            impact=a.per_step(top["micros"]),
+            impact=a.per_worker_step(top["micros"]),
         )
 
 
 def _row(r: dict, total_us: float, a: Analysis, key: str) -> dict:
     return {key: r[key], "micros": r["micros"],
             "share_of_op_time": round(r["micros"] / total_us, 4),
-            "share_of_step": round(a.per_step(r["micros"]), 4)}
+            "share_of_step": round(a.per_worker_step(r["micros"]), 4)}
 
 
 def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:

@@ -71,5 +71,5 @@ class Float64Ops(Checker):
                           "share_of_op_time": round(share, 4)},
                 suggestion="Use float32: cast inputs with tf.cast(x, tf.float32) and create "
                            "variables and placeholders as tf.float32.",
-                impact=a.per_step(us),
+                impact=a.per_worker_step(us),
             )

@@ -47,13 +47,13 @@ class NhwcOnGpu(Checker):
             us = float(nhwc["micros"].sum())
             yield self.finding(
                 f"{nhwc.height} convolution/pooling ops run on GPU in NHWC layout "
-                f"({fmt_us(us)} per step, {pct(a.per_step(us))} of the step)",
+                f"({fmt_us(us)} per step, {pct(a.per_worker_step(us))} of the step)",
                 where={"device": nhwc["device"][0], "op": nhwc["kernel"][0]},
                 evidence={"ops": nhwc.sort(["micros", "name"], descending=[True, False])
                           .head(10).select("name", "kernel", "data_format", "micros")
                           .to_dicts()},
                 suggestion='Use data_format="NCHW" (channels_first) for GPU convolutions.',
-                impact=a.per_step(us),
+                impact=a.per_worker_step(us),
             )
         transposes = a.run.nodes.filter(
             pl.col("node_name").str.contains(LAYOUT_TRANSPOSE)
@@ -66,10 +66,10 @@ class NhwcOnGpu(Checker):
             yield self.finding(
                 f"TensorFlow's layout optimizer transposes NHWC activations to NCHW and back "
                 f"around GPU convolutions: {names.len()} transpose ops, {fmt_us(us)} per step "
-                f"({pct(a.per_step(us))} of the step)",
+                f"({pct(a.per_worker_step(us))} of the step)",
                 where={"device": transposes["device"][0]},
                 evidence={"transposes": names.head(10).to_list(), "micros_per_step": us},
                 suggestion='Build the model in NCHW (data_format="channels_first") so no '
                            "transposes are needed.",
-                impact=a.per_step(us),
+                impact=a.per_worker_step(us),
             )

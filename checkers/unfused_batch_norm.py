@@ -58,7 +58,7 @@ class UnfusedBatchNorm(Checker):
             .sort(["micros", "scope"], descending=[True, False])
         )
         for r in per_scope.iter_rows(named=True):
-            share = a.per_step(r["micros"])
+            share = a.per_worker_step(r["micros"])
             yield self.finding(
                 f"batch norm in {r['scope']} runs as {r['ops']} primitive ops "
                 f"({fmt_us(r['micros'])} per step, {pct(share)} of the step, forward and "

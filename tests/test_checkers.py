@@ -34,6 +34,9 @@ CASES = {
                     "gpu_mnist", "TF32 cuDNN convolutions / no library kernel names"),
     "roofline": (str(FIXTURES.parents[2] / "shared" / "data" / "gpu-jax" / "cnn_a"),
                  "gpu_mnist", "memory-bound fusions at 79% of 4.8 TB/s / no HLO work"),
+    "slow-worker": (str(FIXTURES.parent / "workers" / "tf_slow"),
+                    str(FIXTURES.parent / "workers" / "tf_balanced"),
+                    "worker 1 sleeps 30 ms a step in its input / two balanced workers"),
 }
 
 

@@ -40,6 +40,19 @@ def test_same_graph_is_one_job(tmp_path):
     assert load_run(tmp_path / "job", use_cache=False).workers == ["w0", "w1"]
 
 
+def test_same_graph_traced_apart_is_not_one_job(tmp_path):
+    """Two runs of one script, one after the other (the second's steps an hour later in
+    its manifest), are not two workers; --workers still merges them."""
+    _copy("mlp", tmp_path / "job" / "w0", task=None)
+    manifest = json.loads((FIXTURES / "mlp" / "manifest.json").read_text())
+    later = [{**s, "wall_time": s["wall_time"] + 3600} for s in manifest["steps"]]
+    _copy("mlp", tmp_path / "job" / "w1", task=None, steps=later)
+    out = run_cli(["summary", tmp_path / "job", "--no-cache"], expect_exit=2).output
+    assert "not one job (w0, w1: steps traced 3600s apart" in out
+    assert "2 (w0, w1)" in run_cli(["summary", tmp_path / "job", "--workers",
+                                    "--no-cache"]).output
+
+
 @pytest.mark.parametrize("changes", [
     [{"task": {"type": "worker", "index": 0}}, {"task": {"type": "worker", "index": 1}}],
     [{"job": "exp-42"}, {"job": "exp-42"}],

@@ -32,10 +32,14 @@ def test_a_keras_log_dir_reads_the_profile_of_its_train_run(tmp_path):
 
 
 def test_profiles_in_several_runs_ask_which(tmp_path):
+    """Runs that are not workers of one job (two captures, one after the other: their
+    profiling windows do not overlap) ask which one; a folder of per-worker logdirs of
+    one job reads as one (tests/test_workers.py)."""
     logs = tmp_path / "logs"
     shutil.copytree(XPLANE, logs / "train")
-    shutil.copytree(XPLANE, logs / "validation")
+    shutil.copytree(ROOT / "fixtures" / "xplane" / "tf_function", logs / "validation")
     result = run_cli(["summary", logs, "--no-cache"], expect_exit=2)
     assert result.output.count("\n") == 1
-    assert "profiles in several TensorBoard runs (train, validation)" in result.output
+    assert "profiles in several TensorBoard runs (train, validation) that are not one " \
+           "job" in result.output
     assert "steps" in run_cli(["summary", logs / "train", "--no-cache"]).output

@@ -19,7 +19,9 @@ by waiting for what `s.keep` was given (the decorator keeps the step's result): 
 dispatches asynchronously, and without the wait a step's kernels run during the next
 step's marker and the trace can stop before the last ones ran.
 The trace is written to `<logdir>/plugins/profile/<run>/<host>.xplane.pb`; give runlens the
-logdir (`analyze advise logs/run1`).
+logdir (`analyze advise logs/run1`). With several processes (`jax.distributed`), each
+writes to `<logdir>/worker<process index>/` and records the process count there
+(analyzer/capture/job.py), so a shared logdir opens as one job.
 
 Command buffers (JAX on GPU). XLA runs a step's kernels inside CUDA graphs ("command
 buffers") by default. The profiler then records, for every kernel launched from a command
@@ -75,7 +77,8 @@ class StepProfiler:
     """Profiles steps [first, last): `with prof.step(n) as s:` around each step."""
 
     def __init__(self, logdir: str | Path, steps: tuple[int, int], sync: bool = True) -> None:
-        self.logdir = Path(logdir)
+        self.logdir = Path(logdir)  # <logdir>/worker<k> once JAX runs several processes
+        self.task: tuple[int, int] | None = None
         self.first, self.last = _check_steps(steps)
         self.sync = sync
         self.active = False
@@ -99,6 +102,12 @@ class StepProfiler:
         try:
             import jax
 
+            from . import job
+
+            # Several processes (jax.distributed): each to <logdir>/worker<index>, with
+            # the job's process count recorded there (analyzer/capture/job.py).
+            self.task = job.jax_task()
+            self.logdir = job.worker_logdir(self.logdir, self.task)
             jax.profiler.start_trace(str(self.logdir))
             self.active = True
         except Exception as e:
@@ -124,7 +133,12 @@ class StepProfiler:
         try:
             import jax
 
+            from . import job
+
             jax.profiler.stop_trace()
+            run = job.newest_run(self.logdir)
+            if run is not None:
+                job.record(run, self.task, "jax")
         except Exception as e:
             self._fail("writing the profile", e)
 

@@ -19,9 +19,11 @@ One line for a user:
 Graph collection must be on when a tf.function is first traced (TF collects graphs when it
 instantiates a function, not when it runs one), so both start collecting before the first
 step and profile only the chosen steps [first, last). Each profiled step is wrapped in a
-`train` step marker (`step_num`), as TF's own guide says. The rules of the TF1 hook
-hold: files are written atomically, and any failure logs
-one warning and turns capturing off; training always goes on.
+`train` step marker (`step_num`), as TF's own guide says. In a job of several workers
+(TF_CONFIG) each worker profiles to `<logdir>/worker<task>/` and records the job's worker
+count there (analyzer/capture/job.py): runlens opens `<logdir>` as one job. The rules of
+the TF1 hook hold: files are written atomically, and any failure logs one warning and
+turns capturing off; training always goes on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..rundir import atomic_write
+from . import job
 
 log = logging.getLogger("runlens.capture")
 
@@ -47,16 +50,14 @@ def _context() -> Any:
     return context.context()
 
 
-def _newest_run(logdir: Path) -> Path | None:
-    runs = [p for p in (logdir / "plugins" / "profile").glob("*") if p.is_dir()]
-    return max(runs, key=lambda p: (p.stat().st_mtime, p.name)) if runs else None
-
-
 class _Profiler:
     """One profiling session: start, step markers, stop and the graphs. Fails softly."""
 
     def __init__(self, logdir: str | Path) -> None:
-        self.logdir = Path(logdir)
+        # In a job of several workers (TF_CONFIG), each profiles to <logdir>/worker<task>
+        # and records the job's worker count (analyzer/capture/job.py).
+        self.task = job.tf_task()
+        self.logdir = job.worker_logdir(logdir, self.task)
         self.active = False
         self.disabled = False
 
@@ -110,9 +111,10 @@ class _Profiler:
         try:
             ctx = _context()
             tf.profiler.experimental.stop()
-            run = _newest_run(self.logdir)
+            run = job.newest_run(self.logdir)
             if run is None:
                 raise RuntimeError("the profiler wrote no run folder")
+            job.record(run, self.task, "tensorflow")
             metadata = ctx.export_run_metadata()
             if metadata is not None and metadata.function_graphs:
                 atomic_write(run / GRAPHS_FILE, metadata.SerializeToString())

@@ -24,6 +24,7 @@ from .xplane_planes import read_planes
 from .xplane_read import frames_of
 from .xplane_wire import Plane
 from .xplane_wire import read_planes as planes_of
+from .xplane_workers import SeveralRuns, check_one_job, missing_workers, names
 
 SUFFIX = ".xplane.pb"
 GRAPHS_FILE = "runlens.graphs.pb"  # analyzer.capture.tf2.GRAPHS_FILE (no TF import here)
@@ -33,11 +34,6 @@ LACKS_ALWAYS = {
     "memory": "XSpace profiles record no per-op memory (allocator events at most)",
     "op_log": "XSpace profiles record no float ops or parameter counts",
 }
-
-
-def _worker(path: Path) -> str:
-    name = readfile.shown(path.name)
-    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else readfile.shown(path.stem)
 
 
 def _named(name: str) -> bool:
@@ -63,8 +59,8 @@ def profile_root(logdir: Path) -> Path | None:
     except OSError:
         return None
     if len(below) > 1:
-        raise RunDirError(f"{logdir}: profiles in several TensorBoard runs ("
-                          + ", ".join(p.name for p in below) + "): name one of them")
+        raise SeveralRuns(f"{logdir}: profiles in several TensorBoard runs ("
+                          + ", ".join(p.name for p in below) + "): name one of them", below)
     return below[0] / "plugins" / "profile" if below else None
 
 
@@ -77,12 +73,16 @@ def profile_runs(logdir: Path, suffix: str = SUFFIX) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob(f"*{suffix}")))
 
 
-def xplane_files(path: Path, profile_run: str | None = None) -> list[Path]:
-    """The .xplane.pb files `path` stands for (empty when it is none of the three forms)."""
-    return _found(path, profile_run)[0]
+def xplane_files(path: Path, profile_run: str | None = None,
+                 workers: bool = False) -> list[Path]:
+    """The .xplane.pb files `path` stands for (empty when it is none of the forms); a
+    folder of per-worker logdirs gives each one's newest profile run (or `profile_run`),
+    RunDirError when they are not one job and `workers` does not force it."""
+    return _found(path, profile_run, workers)[0]
 
 
-def _found(path: Path, profile_run: str | None = None) -> tuple[list[Path], list[str]]:
+def _found(path: Path, profile_run: str | None = None, workers: bool = False
+           ) -> tuple[list[Path], list[str]]:
     """xplane_files, and one line per entry named like one that is not a regular file
     (a FIFO, a device, a folder, a dangling link: reported and skipped, never opened)."""
     if not path.is_dir():
@@ -90,12 +90,34 @@ def _found(path: Path, profile_run: str | None = None) -> tuple[list[Path], list
         return ([path] if named else []), []  # not a regular file: reading it says so
     direct = readfile.scan(path, _named)
     if (direct[0] or direct[1]) and profile_run is None:
-        return direct
-    runs = profile_runs(path)
-    if not runs:
-        return [], []
-    run = runs[-1] if profile_run is None else profile_run_folder(path, profile_run)
-    return readfile.scan(run, _named)
+        found = direct
+    else:
+        try:
+            runs = profile_runs(path)
+        except SeveralRuns as several:  # per-worker logdirs (analyzer/capture/job.py)
+            found = _per_worker(several.below, profile_run)
+        else:
+            if not runs:
+                return [], []
+            run = runs[-1] if profile_run is None else profile_run_folder(path, profile_run)
+            found = readfile.scan(run, _named)
+    check_one_job(path, found[0], names(found[0]), workers)
+    return found
+
+
+def _per_worker(logdirs: list[Path], profile_run: str | None) -> tuple[list[Path], list[str]]:
+    """The files of each worker's logdir: its newest profile run, or the one named."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for logdir in logdirs:
+        runs = profile_runs(logdir)
+        if not runs:
+            continue
+        run = runs[-1] if profile_run is None else profile_run_folder(logdir, profile_run)
+        more, bad = readfile.scan(run, _named)
+        files += more
+        problems += bad
+    return files, problems
 
 
 def profile_run_folder(logdir: Path, name: str) -> Path:
@@ -230,15 +252,18 @@ class XPlaneSource:
         return bool(files or problems)
 
     def parts(self, path: Path, chosen: Selection) -> list[Part]:
-        files, problems = _found(path, chosen.profile_run)
+        files, problems = _found(path, chosen.profile_run, chosen.workers)
         if not files:
             raise RunDirError(f"{readfile.shown(path)}: no *{SUFFIX} file (not a TF2/JAX "
                               "profile" + (f"; {problems[0]}" if problems else "") + ")")
+        missing = missing_workers(files)
+        if missing is not None:
+            problems = [f"{readfile.shown(path)}: {missing}", *problems]
         parts = []
-        for f in files:
+        for f, worker in zip(files, names(files), strict=True):
             graphs = f.parent / GRAPHS_FILE
             deps = (str(f),) + ((str(graphs),) if readfile.regular(graphs) else ())
-            parts.append(Part(kind=self.kind, path=f, worker=_worker(f), files=deps,
+            parts.append(Part(kind=self.kind, path=f, worker=worker, files=deps,
                               detail=tuple(files), warnings=tuple(problems)))
             problems = []  # said once, with the first part
         return parts
