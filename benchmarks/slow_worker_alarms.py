@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+
 from runlens.analyzer.load import load_run
 from runlens.checkers.base import Analysis
 from runlens.checkers.slow_worker import (

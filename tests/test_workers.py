@@ -15,10 +15,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import xplane_pb2
 from runlens.checkers import run_checks
-
 from tests.conftest import ROOT, run_cli
 
 WORKERS = ROOT / "fixtures" / "workers"
