@@ -34,6 +34,8 @@ CASES = {
                     "gpu_mnist", "TF32 cuDNN convolutions / no library kernel names"),
     "roofline": (str(FIXTURES.parents[2] / "shared" / "data" / "gpu-jax" / "cnn_a"),
                  "gpu_mnist", "memory-bound fusions at 79% of 4.8 TB/s / no HLO work"),
+    "collective-wait": (str(FIXTURES.parent / "xplane" / "jax_pmap"), "gpu_mnist",
+                        "4 replicas: 80% of the all-reduce waiting / no collective"),
 }
 
 

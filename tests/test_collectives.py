@@ -17,7 +17,9 @@ from runlens.analyzer.analysis.view_options import ViewOptions
 from runlens.analyzer.analysis.views import VIEWS
 from runlens.analyzer.load import load_run
 from runlens.analyzer.proto import hlo_pb2, xplane_pb2
+from runlens.analyzer.report import run_page
 from runlens.analyzer.sources.hlo_work import shape_bytes
+from runlens.analyzer.units import fmt_us
 from runlens.checkers import run_checks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "xplane"
@@ -133,8 +135,10 @@ def test_category_in_summary_and_advise(capture: tuple[str, object]) -> None:
     assert comm["wait_share"] == pytest.approx(
         comm["collective_wait_us"] / comm["collective_us"], abs=1e-3)
     assert set(comm["by_kind_us"]) == {"all-reduce"}
-    codes = [f.code for f in run_checks(run)]  # type: ignore[arg-type]
-    assert "RL117" in codes
+    findings = run_checks(run)  # type: ignore[arg-type]
+    assert "RL117" in [f.code for f in findings]
+    page = run_page(run, findings, name)  # type: ignore[arg-type]
+    assert f"collectives: {fmt_us(comm['collective_us'])} a step" in page
 
 
 def test_silent_without_collectives() -> None:

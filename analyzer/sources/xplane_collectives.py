@@ -52,11 +52,12 @@ def wait_nodes(ops: Ops, which: np.ndarray, names: list[str]) -> np.ndarray:
     return table[which]
 
 
-def op_node(ops: Ops, op: HloOp) -> int:
-    """The name id of an HLO op's executions; a shared collective's shares recorded."""
-    got = ops.name_id(op.op_name, op.op_type)
+def op_node(ops: Ops, op: HloOp, suffix: str = "") -> int:
+    """The name id of an HLO op's executions (its op name + `suffix`: a device event's
+    `:kernel`); a shared collective's shares recorded."""
+    got = ops.name_id(op.op_name + suffix, op.op_type)
     if len(op.shares) > 1 and got not in ops.shares:
-        ops.shares[got] = [(ops.name_id(n, t), f) for n, t, f in op.shares]
+        ops.shares[got] = [(ops.name_id(n + suffix, t), f) for n, t, f in op.shares]
     return got
 
 
