@@ -163,6 +163,8 @@ def test_xprof_reports_no_op_of_these_profiles() -> None:
     """xprof 2.24 reads no op (so no collective: 0 ms) from a JAX CPU profile; the raw
     events above are the oracle."""
     pytest.importorskip("xprof", reason="xprof (dev extra)")
-    from tests.xprof_oracle import framework_op_stats
+    from tests.xprof_oracle import framework_op_stats, hlo_op_stats
     for name in CAPTURES:
         assert framework_op_stats(_file(name)).height == 0
+        assert hlo_op_stats(_file(name)).height == 0
+        assert collectives.per_device_step(load_run(FIXTURES / name)).height == 4
