@@ -168,3 +168,50 @@ def test_xprof_reports_no_op_of_these_profiles() -> None:
         assert framework_op_stats(_file(name)).height == 0
         assert hlo_op_stats(_file(name)).height == 0
         assert collectives.per_device_step(load_run(FIXTURES / name)).height == 4
+
+
+def _tf_collectives(path: Path) -> list[tuple[int, int, int]]:
+    """(step, start_ps, duration_ps) of a TF2 worker's CollectiveReduceV2 events."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    names = {k: v.name for k, v in host.stat_metadata.items()}
+    markers, found = [], []
+    for line in host.lines:
+        for e in line.events:
+            name = host.event_metadata[e.metadata_id].name
+            start = line.timestamp_ns * 1000 + e.offset_ps
+            if name == "train":
+                step = next(s.int64_value for s in e.stats
+                            if names[s.metadata_id] == "step_num")
+                markers.append((start, step))
+            elif name.endswith(":CollectiveReduceV2"):
+                found.append((start, e.duration_ps))
+    markers.sort()
+    begins = np.array([m[0] for m in markers])
+    return [(markers[max(int(np.searchsorted(begins, t, side="right")) - 1, 0)][1], t, d)
+            for t, d in sorted(found)]
+
+
+def test_tf_collective_waits_for_the_last_worker() -> None:
+    """Two TF2 workers (MultiWorkerMirroredStrategy), worker 1 sleeping 20 ms a step before
+    the all-reduce: worker 0's CollectiveReduceV2 waits from its start to worker 1's, per
+    step, as the raw events say; worker 1, the last to arrive, does not wait."""
+    run_dir = FIXTURES / "tf_two_workers" / "plugins" / "profile" / "run1"
+    raw = {w: _tf_collectives(run_dir / f"{w}.xplane.pb") for w in ("worker0", "worker1")}
+    assert [len(v) for v in raw.values()] == [4, 4]
+    ours = collectives.per_device_step(load_run(FIXTURES / "tf_two_workers"))
+    for (step, t0, d0), (_, t1, _) in zip(raw["worker0"], raw["worker1"], strict=True):
+        want_us = min(max(t1 - t0, 0), d0) / 1e6
+        assert want_us >= 15_000  # the 20 ms sleep, on one machine's clock
+        got = ours.filter((pl.col("worker") == "worker0") & (pl.col("step") == step))
+        assert got.get_column("collective_wait_us").item() == pytest.approx(want_us, rel=0.25)
+        late = ours.filter((pl.col("worker") == "worker1") & (pl.col("step") == step))
+        assert late.get_column("collective_wait_us").item() == 0
+
+
+def test_rl117_names_the_waiting_worker() -> None:
+    """RL117 on the two TF2 workers: a warning for worker 0 (waiting for worker 1), none
+    for worker 1 (its own collective is 1 ms of a 24 ms step)."""
+    found = run_checks(load_run(FIXTURES / "tf_two_workers"), select=["RL117"])
+    assert [(f.where["worker"], f.severity.name) for f in found] == [("worker0", "WARNING")]
+    assert found[0].evidence["collective_wait_us"] >= 15_000
