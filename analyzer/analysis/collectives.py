@@ -53,12 +53,14 @@ def executions(run: Run) -> pl.DataFrame:
     op_type, category, start_ns, self_ns (op_end_rel_ns) and wait_ns (the part of the
     execution spent waiting for peers: all of a wait row; a TF collective's gap to its
     last worker)."""
-    rows = (run.nodes_lazy()
-            .select("worker", "device", "step", "node_name", "op_type", "kernel",
-                    "start_ns", "op_end_rel_ns", "all_end_rel_ns")
-            .with_columns(category=category_expr(pl.col("op_type"), pl.col("kernel")))
-            .filter(pl.col("category") != COMPUTE)
-            .collect())
+    nodes = run.nodes_lazy().select("worker", "device", "step", "node_name", "op_type",
+                                    "kernel", "start_ns", "op_end_rel_ns", "all_end_rel_ns")
+    # The category of each distinct (op type, kernel): regexes on the few names, not on
+    # every execution of a large run.
+    kinds = (nodes.select("op_type", "kernel").unique()
+             .with_columns(category=category_expr(pl.col("op_type"), pl.col("kernel")))
+             .filter(pl.col("category") != COMPUTE))
+    rows = nodes.join(kinds, on=["op_type", "kernel"], how="inner", nulls_equal=True).collect()
     wait = pl.when(pl.col("category") == WAIT).then(pl.col("op_end_rel_ns")).otherwise(0)
     rows = rows.with_columns(wait_ns=wait.cast(pl.Int64))
     if rows.select(pl.col("worker").n_unique()).item() > 1:
