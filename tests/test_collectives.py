@@ -215,3 +215,25 @@ def test_rl117_names_the_waiting_worker() -> None:
     found = run_checks(load_run(FIXTURES / "tf_two_workers"), select=["RL117"])
     assert [(f.where["worker"], f.severity.name) for f in found] == [("worker0", "WARNING")]
     assert found[0].evidence["collective_wait_us"] >= 15_000
+
+
+def test_every_wait_is_nested_in_its_replicas_collective() -> None:
+    """Each Rendezvous row lies within one all-reduce event on its thread (so it takes
+    that replica's lane: xplane_collectives.wait_lanes); an all-reduce of the pmap
+    capture holds 3, as the HLO's one all-reduce of a 3-tuple runs (4 replicas x 4 steps
+    x 3 = 48)."""
+    from runlens.analyzer.sources.xplane_collectives import enclosing
+    from runlens.analyzer.sources.xplane_hlo import read_programs
+    from runlens.analyzer.sources.xplane_read import Extra, Ops, _read_host
+    from runlens.analyzer.sources.xplane_wire import read_planes as planes_of
+
+    # The host plane's rows as xplane_planes.read_planes reads them before the shares
+    # are split (wait_lanes runs there).
+    planes = planes_of(_file("jax_pmap"))
+    programs = read_programs(next(p for p in planes if p.name == "/host:metadata").meta)
+    ops = Ops()
+    host = next(p for p in planes if p.name == "/host:CPU")
+    _read_host(host, ops, Extra(programs=programs), programs.ops, 2)
+    waits, outer = enclosing(ops)
+    assert len(waits) == 48 and (outer >= 0).all()
+    assert sorted(np.unique(outer, return_counts=True)[1].tolist()) == [3] * 16

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .hlo_collectives import COLLECTIVE_OPCODES
 from .xplane_hlo import HloOp
 from .xplane_wire import Plane
 
@@ -28,6 +29,7 @@ Ops = Any  # xplane_read.Ops (which imports this module: not imported back)
 RENDEZVOUS = "Rendezvous"
 WAIT_TYPE = "peer-wait"  # the op type of the wait rows (analyzer/analysis/collectives.py)
 _KEY = "RendezvousKey"
+KINDS = frozenset(c.removesuffix("-start").removesuffix("-done") for c in COLLECTIVE_OPCODES)
 
 
 def wait_kind(name: str) -> str:
@@ -91,3 +93,42 @@ def split_shares(ops: Ops) -> None:
             before += frac
     for k, v in pieces.items():
         setattr(ops, k, [np.concatenate(v)])
+
+
+def enclosing(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
+    """(wait rows, the collective row each is nested in: same thread, within its span;
+    -1 where none) over the concatenated columns of `ops`."""
+    name = np.concatenate(ops.name).astype(np.int64) if ops.name else np.zeros(0, np.int64)
+    types = np.array([t for _, t in ops.names] or [""], dtype=object)[name]
+    waits = np.flatnonzero(types == WAIT_TYPE)
+    coll = np.flatnonzero(np.isin(types, sorted(KINDS)))
+    outer = np.full(len(waits), -1, np.int64)
+    if not len(waits) or not len(coll):
+        return waits, outer
+    thread = np.concatenate(ops.thread).astype(np.int64)
+    start = np.concatenate(ops.start_ps).astype(np.int64)
+    end = start + np.concatenate(ops.dur_ps).astype(np.int64)
+    for t in np.unique(thread[waits]).tolist():
+        c = coll[thread[coll] == t]
+        mine = np.flatnonzero(thread[waits] == t)
+        if not len(c):
+            continue
+        c = c[np.argsort(start[c], kind="stable")]
+        w = waits[mine]
+        at = np.searchsorted(start[c], start[w], side="right") - 1
+        ok = (at >= 0) & (end[c[np.clip(at, 0, None)]] >= end[w])
+        outer[mine[ok]] = c[at[ok]]
+    return waits, outer
+
+
+def wait_lanes(ops: Ops) -> None:
+    """Each wait row on the lane of the collective it is nested in, in place: the wait is
+    its replica's, whichever lane (device) that collective's events were given."""
+    waits, outer = enclosing(ops)
+    if not len(waits) or not (outer >= 0).any():
+        return
+    lane = np.concatenate(ops.lane)
+    lane[waits[outer >= 0]] = lane[outer[outer >= 0]]
+    ops.lane = [lane]
+    for k in ("thread", "start_ps", "dur_ps", "self_ps", "group", "name"):
+        setattr(ops, k, [np.concatenate(getattr(ops, k))])
