@@ -237,3 +237,11 @@ def test_every_wait_is_nested_in_its_replicas_collective() -> None:
     waits, outer = enclosing(ops)
     assert len(waits) == 48 and (outer >= 0).all()
     assert sorted(np.unique(outer, return_counts=True)[1].tolist()) == [3] * 16
+
+
+def test_views_say_how_collectives_show() -> None:
+    from tests.conftest import run_cli
+    result = run_cli(["scopes", str(FIXTURES / "jax_pmap")])
+    assert ("note: collectives: op types all-reduce; their wait for peers is op type "
+            "peer-wait") in result.stderr
+    assert "note: collectives" not in run_cli(["ops", str(FIXTURES / "jax_train")]).stderr

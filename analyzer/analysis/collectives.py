@@ -112,3 +112,19 @@ def summary(run: Run) -> dict | None:
             "wait_share": round(wait / total, 4) if total else 0.0,
             "summed_over_devices": devices,
             "by_kind_us": {k: round(v, 1) for k, v in kinds.iter_rows()}}
+
+
+def views_note(run: Run) -> str | None:
+    """What the views say of a run with collectives: how the category shows in them."""
+    kinds = (run.nodes_lazy().select(pl.col("op_type").cast(pl.String)).unique()
+             .filter(category_expr(pl.col("op_type")) == COLLECTIVE).sort("op_type")
+             .collect().get_column("op_type").to_list())
+    waits = run.nodes_lazy().filter(pl.col("op_type") == WAIT_TYPE).select(pl.len()) \
+        .collect().item()
+    if not kinds and not waits:
+        return None
+    return ("collectives: op types " + (", ".join(kinds) or "none")
+            + (f"; their wait for peers is op type {WAIT_TYPE} (scope {WAIT_TYPE}/<kind>), "
+               "apart from the collective's own time" if waits
+               else "; their wait for peers: summary, advise RL117")
+            + " (docs/views.md \"Collectives\")")
