@@ -245,3 +245,10 @@ def test_views_say_how_collectives_show() -> None:
     assert ("note: collectives: op types all-reduce; their wait for peers is op type "
             "peer-wait") in result.stderr
     assert "note: collectives" not in run_cli(["ops", str(FIXTURES / "jax_train")]).stderr
+
+
+def test_expensive_ops_leaves_the_wait_to_rl117() -> None:
+    """RL101 ranks kernels without the wait for peers (which took 41% of op time on the
+    pmap capture and was its 'top kernel')."""
+    (finding,) = run_checks(load_run(FIXTURES / "jax_pmap"), select=["RL101"])
+    assert "peer-wait" not in str(finding.to_dict())
