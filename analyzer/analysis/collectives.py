@@ -24,9 +24,9 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import Run
+from ..sources.xplane_collectives import WAIT_TYPE  # the op type of the wait rows
 
 COLLECTIVE, WAIT, COMPUTE = "collective", "collective wait", "compute"
-WAIT_TYPE = "peer-wait"  # analyzer/sources/xplane_collectives.WAIT_TYPE
 XLA_TYPES = (r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"
              r"collective-permute|collective-broadcast|send|recv)(-start|-done)?$")
 TF_TYPES = (r"^(CollectiveReduce(V2|V3)?|CollectiveGather(V2)?|CollectiveBcast(Send|Recv)(V2)?"

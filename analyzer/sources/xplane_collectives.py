@@ -27,7 +27,7 @@ from .xplane_wire import Plane
 Ops = Any  # xplane_read.Ops (which imports this module: not imported back)
 
 RENDEZVOUS = "Rendezvous"
-WAIT_TYPE = "peer-wait"  # the op type of the wait rows (analyzer/analysis/collectives.py)
+WAIT_TYPE = "peer-wait"  # the op type of the wait rows (said once: analysis/collectives.py)
 _KEY = "RendezvousKey"
 KINDS = frozenset(c.removesuffix("-start").removesuffix("-done") for c in COLLECTIVE_OPCODES)
 
