@@ -238,6 +238,7 @@ def timeline(run_dir: str, output: str | None, step: int | None, step_range: str
 def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, Any],
               output: str | None = None) -> None:
     from .analyzer.analysis.attribution import attribution_note
+    from .analyzer.analysis.collectives import views_note
     from .analyzer.analysis.stepselect import require_traced
     from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
     from .analyzer.rundir import check_output
@@ -255,6 +256,8 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     for why, what in lacks_by_reason(run.lacks).items():
         click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
     if note := attribution_note(run):  # accelerator profiles: how much is tied to ops
+        click.echo(f"analyze: note: {note}", err=True)
+    if note := views_note(run):  # how collectives and their wait show in the view
         click.echo(f"analyze: note: {note}", err=True)
     missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
     if missing:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from ..analyzer.analysis.codepaths import GRADIENT_SUFFIX, code_paths
+from ..analyzer.analysis.collectives import WAIT_TYPE
 from ..analyzer.analysis.jaxscopes import folded
 from ..analyzer.model import kernel_label_expr
 from ..analyzer.units import fmt_us
@@ -21,7 +22,8 @@ class ExpensiveOps(Checker):
     """Where the step's time goes, when one kernel dominates (at least 20% of op time):
     one finding naming the top kernel (the op that actually ran, e.g. a fused
     `_FusedConv2D (Conv2D+BiasAdd+Relu)`), with the top kernels, name scopes and user
-    code lines as its evidence.
+    code lines as its evidence. The wait for peers in collectives (op type `peer-wait`)
+    is left out: collective-wait (RL117) reports it.
 
     Why: optimization starts with the few things that take most of the time. Scopes are
     ranked by total time (everything under them), not by their own time, so a layer's
@@ -36,7 +38,8 @@ class ExpensiveOps(Checker):
     severity = Severity.INFO
 
     def check(self, a: Analysis) -> Iterable[Finding]:
-        nodes = a.nodes.filter(pl.col("micros") > 0)
+        # The wait for peers in collectives is no kernel to optimize: RL117's.
+        nodes = a.nodes.filter((pl.col("micros") > 0) & (pl.col("op_type") != WAIT_TYPE))
         total_us = float(nodes["micros"].sum())
         if not total_us:
             return

@@ -37,6 +37,8 @@ CASES = {
     "slow-worker": (str(FIXTURES.parent / "workers" / "tf_slow"),
                     str(FIXTURES.parent / "workers" / "tf_balanced"),
                     "worker 1 sleeps 30 ms a step in its input / two balanced workers"),
+    "collective-wait": (str(FIXTURES.parent / "xplane" / "jax_pmap"), "gpu_mnist",
+                        "4 replicas: 80% of the all-reduce waiting / no collective"),
 }
 
 

@@ -62,12 +62,13 @@ class HloComputationProto(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[HloInstructionProto, _Mapping]]] = ..., id: _Optional[int] = ..., root_id: _Optional[int] = ...) -> None: ...
 
 class HloInstructionProto(_message.Message):
-    __slots__ = ("name", "opcode", "shape", "metadata", "fusion_kind", "window", "convolution_dimension_numbers", "custom_call_target", "dot_dimension_numbers", "id", "operand_ids", "called_computation_ids", "backend_config")
+    __slots__ = ("name", "opcode", "shape", "metadata", "fusion_kind", "tuple_index", "window", "convolution_dimension_numbers", "custom_call_target", "dot_dimension_numbers", "id", "operand_ids", "called_computation_ids", "backend_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPCODE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     FUSION_KIND_FIELD_NUMBER: _ClassVar[int]
+    TUPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     CONVOLUTION_DIMENSION_NUMBERS_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_CALL_TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +82,7 @@ class HloInstructionProto(_message.Message):
     shape: _xla_data_pb2.ShapeProto
     metadata: _xla_data_pb2.OpMetadata
     fusion_kind: str
+    tuple_index: int
     window: _xla_data_pb2.Window
     convolution_dimension_numbers: _xla_data_pb2.ConvolutionDimensionNumbers
     custom_call_target: str
@@ -89,7 +91,7 @@ class HloInstructionProto(_message.Message):
     operand_ids: _containers.RepeatedScalarFieldContainer[int]
     called_computation_ids: _containers.RepeatedScalarFieldContainer[int]
     backend_config: bytes
-    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., fusion_kind: _Optional[str] = ..., window: _Optional[_Union[_xla_data_pb2.Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[_xla_data_pb2.ConvolutionDimensionNumbers, _Mapping]] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.DotDimensionNumbers, _Mapping]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., opcode: _Optional[str] = ..., shape: _Optional[_Union[_xla_data_pb2.ShapeProto, _Mapping]] = ..., metadata: _Optional[_Union[_xla_data_pb2.OpMetadata, _Mapping]] = ..., fusion_kind: _Optional[str] = ..., tuple_index: _Optional[int] = ..., window: _Optional[_Union[_xla_data_pb2.Window, _Mapping]] = ..., convolution_dimension_numbers: _Optional[_Union[_xla_data_pb2.ConvolutionDimensionNumbers, _Mapping]] = ..., custom_call_target: _Optional[str] = ..., dot_dimension_numbers: _Optional[_Union[_xla_data_pb2.DotDimensionNumbers, _Mapping]] = ..., id: _Optional[int] = ..., operand_ids: _Optional[_Iterable[int]] = ..., called_computation_ids: _Optional[_Iterable[int]] = ..., backend_config: _Optional[bytes] = ...) -> None: ...
 
 class StackFrameIndexProto(_message.Message):
     __slots__ = ("file_names", "function_names", "file_locations", "stack_frames")

@@ -34,6 +34,15 @@ def summary_text(s: dict) -> str:
             f"device     median {fmt_us(dev['median'])}  mean {fmt_us(dev['mean'])}  "
             f"p90 {fmt_us(dev['p90'])}  min {fmt_us(dev['min'])}  max {fmt_us(dev['max'])}"
             "  (device step: first to last device event of the step, as xprof's step db)")
+    if comm := s.get("collectives"):
+        kinds = ", ".join(f"{k} {fmt_us(v)}" for k, v in comm["by_kind_us"].items())
+        over = comm["summed_over_devices"]
+        lines.append(
+            f"collective median {fmt_us(comm['collective_us'])} a step, of which waiting "
+            f"for peers {fmt_us(comm['collective_wait_us'])} "
+            f"({comm['wait_share'] * 100:.1f}%)"
+            + (f", summed over {over} devices" if over > 1 else "")
+            + (f"; {kinds} without the wait" if kinds else ""))
     if note := s.get("attribution_note"):
         lines.append(f"ops        {note}")
     for item in s.get("left_out", []):

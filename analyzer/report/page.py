@@ -80,7 +80,19 @@ def glance_html(g: dict[str, Any]) -> str:
     return (f"<div class=\"tiles\">{tiles}</div>"
             f"<p class=\"lead\">{escape(g['where_time_goes'])}</p>"
             + (f"<p class=\"small\">{escape(note)}</p>" if note else "")
+            + _collectives_html(g.get("collectives"))
             + f"<p class=\"small\">devices: {devices}</p>")
+
+
+def _collectives_html(c: dict[str, Any] | None) -> str:
+    """The collectives' line (analysis.collectives.summary): time, wait for peers."""
+    if not c:
+        return ""
+    over = c["summed_over_devices"]
+    return (f"<p class=\"small\">collectives: {escape(fmt_us(c['collective_us']))} a step "
+            f"(median), of which waiting for peers {escape(fmt_us(c['collective_wait_us']))}"
+            f" ({c['wait_share'] * 100:.1f}%)"
+            + (f", summed over {over} devices" if over > 1 else "") + "</p>")
 
 
 def findings_html(findings: list[dict[str, Any]]) -> str:

@@ -74,6 +74,7 @@ def glance(run: Run, views: dict[str, dict[str, Any]], steps: StepChoice | None 
         "step_time_kind": s.get("step_time_kind"),
         "device_step_time_us": s.get("device_step_time_us"),
         "attribution_note": s.get("attribution_note"),
+        "collectives": s.get("collectives"),
         "where_time_goes": where_time_goes(views["ops"], views["scopes"]),
     }
 

@@ -155,14 +155,16 @@ def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.Dat
     nodes: dict[str, str] = {}
     code: dict[str, list] = {k: [] for k in schema.CODE_SCHEMA}
     for op in ops.values():
-        if op.op_name in nodes:
-            continue
-        nodes[op.op_name] = op.op_type
-        for depth, (file, line, func) in enumerate(op.frames):
-            for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
-                             "func_start_line"),
-                            (op.op_name, depth, file, line, func, "", 0), strict=True):
-                code[k].append(v)
+        # A shared collective's every share is a node (xplane_collectives).
+        for name, op_type in [(op.op_name, op.op_type), *[s[:2] for s in op.shares]]:
+            if name in nodes:
+                continue
+            nodes[name] = op_type
+            for depth, (file, line, func) in enumerate(op.frames):
+                for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
+                                 "func_start_line"),
+                                (name, depth, file, line, func, "", 0), strict=True):
+                    code[k].append(v)
     graph = pl.DataFrame({"name": list(nodes), "op": list(nodes.values())},
                          schema={"name": pl.String, "op": pl.String})
     graph = graph.with_columns(

@@ -18,6 +18,7 @@ import numpy as np
 
 from .hlo_work import add_per_op
 from .xla_attribution import HOW, NONE, Events, attribute
+from .xplane_collectives import op_node
 from .xplane_hlo import HloOp, Programs
 from .xplane_read import (
     _codes,
@@ -168,7 +169,7 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extr
         for i in first.tolist():
             op: HloOp = programs.ops[targets[int(target[placed[i]])]]
             k = kernels[int(kernel[placed[i]])]
-            ids.append(ops.name_id(f"{op.op_name}:{k}", op.op_type))
+            ids.append(op_node(ops, op, f":{k}"))  # a collective: shared (its scopes)
         name[placed] = np.array(ids, np.int64)[inverse]
         counts = np.bincount(target[placed], minlength=len(targets)).tolist()
         add_per_op(extra.hlo_work, counts, targets,
@@ -249,7 +250,7 @@ def _tpu_name(meta: Any, names: dict[int, str], programs: Programs, ops: Any) ->
         if "program_id" in stats else 0
     op = programs.ops.get((program, inst))
     if op is not None:
-        return ops.name_id(f"{op.op_name}:{inst}", op.op_type)
+        return op_node(ops, op, f":{inst}")
     tf_op = stats["tf_op"].str_value if "tf_op" in stats else ""
     category = stats["hlo_category"].str_value if "hlo_category" in stats else ""
     if not tf_op:  # an op of XLA's own (copy-start/done): named by its instruction

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
+from .hlo_collectives import Share, collective_shares
 from .hlo_work import ModuleWork
 from .xla_attribution import Module
 
@@ -28,6 +29,9 @@ class HloOp:
     op_name: str  # the framework op: named-scope path, or the instruction's name
     op_type: str
     frames: tuple[tuple[str, int, str], ...]  # (file, line, function), outermost first
+    # A collective: its time shared among the scopes of its operands (hlo_collectives);
+    # op_name/op_type are then the first share's.
+    shares: tuple[Share, ...] = ()
 
 
 def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
@@ -93,16 +97,18 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
         names = set()
         frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
         for comp in module.computations:
+            shares = collective_shares(comp)
             for inst in comp.instructions:
                 m = inst.metadata
                 names.add(inst.name)
                 where = (m.stack_frame_id, m.source_file, m.source_line)
                 if where not in frames:  # instructions share their ops' stacks
                     frames[where] = _frames(m, index)
+                share = shares.get(inst.name, ())
                 out.ops[(program, inst.name)] = HloOp(
-                    op_name=m.op_name or inst.name,
-                    op_type=_op_type(m, inst.opcode),
-                    frames=frames[where],
+                    op_name=share[0][0] if share else m.op_name or inst.name,
+                    op_type=share[0][1] if share else _op_type(m, inst.opcode),
+                    frames=frames[where], shares=share,
                 )
         out.modules[program] = Module(program, module.name, names, module)
         out.work[program] = ModuleWork(module)

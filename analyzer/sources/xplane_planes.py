@@ -5,6 +5,7 @@ imports the other."""
 
 from __future__ import annotations
 
+from .xplane_collectives import split_shares, wait_lanes
 from .xplane_device import read_gpu, read_tpu
 from .xplane_hlo import Programs, read_programs
 from .xplane_read import _DEVICE_PLANE, Extra, Ops, _read_host
@@ -29,4 +30,6 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
         elif m := _DEVICE_PLANE.match(plane.name):
             read = read_gpu if m.group(1) == "GPU" else read_tpu
             read(plane, f"/device:{m.group(1)}:{m.group(2)}", ops, extra, jobs, programs)
+    wait_lanes(ops)  # a replica's wait on its collective's lane (device)
+    split_shares(ops)  # a combined collective's executions: one per scope it served
     return ops, extra

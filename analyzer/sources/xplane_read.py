@@ -30,6 +30,7 @@ import polars as pl
 
 from .. import schema
 from . import xplane_wire
+from .xplane_collectives import op_node, rendezvous_ids, wait_nodes
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
 from .xplane_wire import ABSENT, OTHER, Line, Lines, Plane
@@ -60,6 +61,8 @@ class Ops:
     name_ids: dict[tuple[str, str], int] = field(default_factory=dict)
     lanes: list[str] = field(default_factory=list)
     threads: dict[tuple[str, int], str] = field(default_factory=dict)
+    # A shared collective's name id -> its shares' (name id, fraction): xplane_collectives.
+    shares: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
 
     def name_id(self, node: str, op_type: str) -> int:
         key = (node, op_type)
@@ -255,7 +258,8 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
                       for i in ids], dtype=np.int64)
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
-                     "allocation_bytes", "requested_bytes", "allocator_name")
+                     "allocation_bytes", "requested_bytes", "allocator_name", "name")
+    waits = rendezvous_ids(plane) if hlo_stat is not None else np.zeros(0, np.int64)
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
     # hlo_op stat: then all).
     keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
@@ -281,9 +285,11 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                                    strict=True):
                     text = instructions[w]
                     op = hlo.get((int(prog), text))
-                    named.append(ops.name_id(op.op_name, op.op_type) if op
-                                 else ops.name_id(text, "hlo"))
+                    named.append(op_node(ops, op) if op else ops.name_id(text, "hlo"))
                 node[thunk] = np.array(named, np.int64)[inverse]
+            wait = np.flatnonzero(np.isin(line.mid, waits))  # Rendezvous: peers' wait
+            if len(wait):
+                node[wait] = wait_nodes(ops, *texts(plane, line, get("name"), wait))
         index = np.flatnonzero(node >= 0)
         if len(index):
             start, dur, threads = start_ps[index], line.dur[index], thread[index]

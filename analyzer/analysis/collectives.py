@@ -1,0 +1,130 @@
+"""Collectives: which executions are communication between devices or workers, and how
+much of it was waiting for the peers.
+
+A category of its own, by op type (or kernel): XLA's collectives (all-reduce, all-gather,
+reduce-scatter, all-to-all, collective-permute, send/recv, their async `-start`/`-done`
+halves; a combined one already shared back to its operands' scopes by the xplane source,
+analyzer/sources/hlo_collectives.py), NCCL kernels (`ncclDevKernel_*`, `ncclKernel_*`:
+recognised by name, no multi-GPU capture is at hand), TensorFlow's collective and
+send/receive ops. The wait for peers:
+- XLA:CPU: the `Rendezvous` events inside a collective, read as executions of op type
+  `peer-wait` (analyzer/sources/xplane_collectives.py), nested in the collective (whose
+  self time is then its own work);
+- TF collectives of several workers: the time from an execution's start to the start of
+  the same collective (node name, occurrence in the step) on the last worker to arrive,
+  at most its duration.
+
+Times are self times (an execution's `op_end_rel_ns`): the wait rows are not in their
+collective's time, and `collective_us` below is both (the collective's time with its
+wait), `collective_wait_us` the wait alone.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..model import Run
+from ..sources.xplane_collectives import WAIT_TYPE  # the op type of the wait rows
+
+COLLECTIVE, WAIT, COMPUTE = "collective", "collective wait", "compute"
+XLA_TYPES = (r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"
+             r"collective-permute|collective-broadcast|send|recv)(-start|-done)?$")
+TF_TYPES = (r"^(CollectiveReduce(V2|V3)?|CollectiveGather(V2)?|CollectiveBcast(Send|Recv)(V2)?"
+            r"|CollectiveAllToAll(V2|V3)?|NcclAllReduce|NcclReduce|NcclBroadcast)$")
+SEND_RECV_TYPES = r"^(_Send|_Recv|_HostSend|_HostRecv)$"
+NCCL_KERNELS = r"^(unattributed:)?nccl(Dev)?Kernel_"
+PER_DEVICE_STEP = ["worker", "device", "step", "collective_us", "collective_wait_us"]
+
+
+def category_expr(op_type: pl.Expr, kernel: pl.Expr | None = None) -> pl.Expr:
+    """"collective wait", "collective" or "compute" of each execution or op type."""
+    op_type = op_type.cast(pl.String)
+    is_collective = (op_type.str.contains(XLA_TYPES) | op_type.str.contains(TF_TYPES)
+                     | op_type.str.contains(SEND_RECV_TYPES)
+                     | op_type.str.contains(NCCL_KERNELS))
+    if kernel is not None:
+        is_collective = is_collective | kernel.cast(pl.String).str.contains(NCCL_KERNELS)
+    return (pl.when(op_type == WAIT_TYPE).then(pl.lit(WAIT))
+            .when(is_collective).then(pl.lit(COLLECTIVE)).otherwise(pl.lit(COMPUTE)))
+
+
+def executions(run: Run) -> pl.DataFrame:
+    """The collective and wait executions of `run`: worker, device, step, node_name,
+    op_type, category, start_ns, self_ns (op_end_rel_ns) and wait_ns (the part of the
+    execution spent waiting for peers: all of a wait row; a TF collective's gap to its
+    last worker)."""
+    nodes = run.nodes_lazy().select("worker", "device", "step", "node_name", "op_type",
+                                    "kernel", "start_ns", "op_end_rel_ns", "all_end_rel_ns")
+    # The category of each distinct (op type, kernel): regexes on the few names, not on
+    # every execution of a large run.
+    kinds = (nodes.select("op_type", "kernel").unique()
+             .with_columns(category=category_expr(pl.col("op_type"), pl.col("kernel")))
+             .filter(pl.col("category") != COMPUTE))
+    rows = nodes.join(kinds, on=["op_type", "kernel"], how="inner", nulls_equal=True).collect()
+    wait = pl.when(pl.col("category") == WAIT).then(pl.col("op_end_rel_ns")).otherwise(0)
+    rows = rows.with_columns(wait_ns=wait.cast(pl.Int64))
+    if rows.select(pl.col("worker").n_unique()).item() > 1:
+        rows = _arrival_waits(rows)
+    return rows.rename({"op_end_rel_ns": "self_ns"}).drop("all_end_rel_ns", "kernel")
+
+
+def _arrival_waits(rows: pl.DataFrame) -> pl.DataFrame:
+    """TF collectives on several workers: each execution waits from its start until the
+    last worker's execution of the same collective (node, step, occurrence) started."""
+    tf = pl.col("op_type").cast(pl.String).str.contains(TF_TYPES)
+    occurrence = pl.col("start_ns").rank("ordinal").over("worker", "node_name", "step")
+    rows = rows.with_columns(occ=occurrence)
+    last = pl.col("start_ns").max().over("node_name", "step", "occ")
+    count = pl.col("worker").n_unique().over("node_name", "step", "occ")
+    gap = pl.min_horizontal(last - pl.col("start_ns"), pl.col("op_end_rel_ns"))
+    return rows.with_columns(
+        wait_ns=pl.when(tf & (count > 1)).then(gap).otherwise(pl.col("wait_ns"))
+        .cast(pl.Int64)).drop("occ")
+
+
+def per_device_step(run: Run) -> pl.DataFrame:
+    """Per (worker, device, step): the time of its collectives with their waits
+    (`collective_us`) and the part spent waiting for peers (`collective_wait_us`)."""
+    rows = executions(run)
+    return (rows.group_by("worker", "device", "step")
+            .agg(collective_us=pl.col("self_ns").sum() / 1000.0,
+                 collective_wait_us=pl.col("wait_ns").sum() / 1000.0)
+            .sort("worker", "device", "step")
+            .select(PER_DEVICE_STEP))
+
+
+def summary(run: Run) -> dict | None:
+    """What `summary` says of the run's collectives: medians over its steps of their
+    time and wait (summed over the devices and workers, said how many), the wait's
+    share, and the time per kind; None when it ran none."""
+    rows = executions(run)
+    if not rows.height:
+        return None
+    per_step = (rows.group_by("step").agg(
+        total=pl.col("self_ns").sum() / 1000.0, wait=pl.col("wait_ns").sum() / 1000.0))
+    total, wait = (per_step.select(pl.col(c).median()).item() or 0.0 for c in ("total", "wait"))
+    devices = rows.select(pl.struct("worker", "device").n_unique()).item()
+    steps = max(run.nodes_lazy().select(pl.col("step").n_unique()).collect().item(), 1)
+    kinds = (rows.filter(pl.col("category") == COLLECTIVE)
+             .group_by(pl.col("op_type").cast(pl.String))
+             .agg(us=pl.col("self_ns").sum() / 1000.0 / steps).sort("op_type"))
+    return {"collective_us": round(total, 1), "collective_wait_us": round(wait, 1),
+            "wait_share": round(wait / total, 4) if total else 0.0,
+            "summed_over_devices": devices,
+            "by_kind_us": {k: round(v, 1) for k, v in kinds.iter_rows()}}
+
+
+def views_note(run: Run) -> str | None:
+    """What the views say of a run with collectives: how the category shows in them."""
+    kinds = (run.nodes_lazy().select(pl.col("op_type").cast(pl.String)).unique()
+             .filter(category_expr(pl.col("op_type")) == COLLECTIVE).sort("op_type")
+             .collect().get_column("op_type").to_list())
+    waits = run.nodes_lazy().filter(pl.col("op_type") == WAIT_TYPE).select(pl.len()) \
+        .collect().item()
+    if not kinds and not waits:
+        return None
+    return ("collectives: op types " + (", ".join(kinds) or "none")
+            + (f"; their wait for peers is op type {WAIT_TYPE} (scope {WAIT_TYPE}/<kind>), "
+               "apart from the collective's own time" if waits
+               else "; their wait for peers: summary, advise RL117")
+            + " (docs/views.md \"Collectives\")")
