@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..analyzer.analysis import collectives
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
@@ -15,20 +16,14 @@ MIN_STEPS = 4
 # and its own numbers explain at least this share of the wait (the cause's excess over
 # its peers): two balanced workers also take turns arriving last by scheduling jitter
 EXPLAINED = 0.5
-# Collectives by op type or kernel: XLA's (and their async start/done), JAX's primitives
-# as JAX names the ops, TF's collective and send/recv ops, NCCL kernels. (The
-# collectives category of issue 30 point 4 will say this once; until then, here.)
-COLLECTIVE = (r"(?i)^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute"
-              r"|collective-broadcast|send|recv)(-start|-done)?$|^(psum|pmean|pmax|pmin"
-              r"|ppermute|all_gather|all_to_all|reduce_scatter|psum_scatter)(_invariant)?$"
-              r"|^Collective(Reduce|Gather|Bcast|AllToAll)\w*$|^Nccl\w+$|^_(Host)?(Send|Recv)$"
-              r"|^nccl(Dev)?Kernel")
 UNIT = ["worker", "device"]
 
 
 def collective_expr() -> pl.Expr:
-    return (pl.col("op_type").cast(pl.String).str.contains(COLLECTIVE)
-            | pl.col("kernel").cast(pl.String).str.contains(COLLECTIVE)).fill_null(False)
+    """Time in collectives, waits included: the collectives category's (one list of
+    collective op types and kernels, analysis/collectives.py)."""
+    return (collectives.category_expr(pl.col("op_type"), pl.col("kernel"))
+            != collectives.COMPUTE).fill_null(False)
 
 
 def per_unit_step(a: Analysis) -> pl.DataFrame:
