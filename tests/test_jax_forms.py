@@ -157,3 +157,52 @@ def test_gpu_scanned_lm_folds_to_the_layers():
         scope = f"Model/layers/{part}"
         assert {(scope, FORWARD), (scope, BACKWARD)} <= {
             (s[:len(scope)], d) for s, d in folded}, part
+
+
+def _code_rows(capture) -> list[tuple[list[str], dict]]:
+    """(the names from the root, the row) of every row of the code view's JSON."""
+    doc = json.loads(run_cli(["code", capture, "--format", "json", "--no-cache"]).stdout)
+    out: list[tuple[list[str], dict]] = []
+
+    def walk(rows, above):
+        for r in rows:
+            out.append(([*above, r["name"]], r))
+            walk(r["children"], [*above, r["name"]])
+
+    walk(doc["rows"], [])
+    return out
+
+
+def test_code_view_leaves_out_runlens_helper_and_repeats():
+    """flax_lm's step runs under runlens's own `profiled` (analyzer/capture/jax.py): its
+    frame is a library frame; JAX's stacks repeat the user's frames (raw frames show it),
+    the code view keeps each once, the innermost user line unchanged; each row's full
+    qualified name is in `qualname`, and RL101 names the line by it."""
+    import polars as pl
+    from runlens.analyzer.analysis.codepaths import is_library_frame
+    from runlens.analyzer.load import load_run
+
+    run = load_run(FORMS / "flax_lm", use_cache=False)
+    frames = run.code.with_columns(lib=is_library_frame(pl.col("file")))
+    helper = frames.filter(pl.col("file").str.ends_with("analyzer/capture/jax.py"))
+    assert helper.height and helper["lib"].all()
+    user = (frames.filter(~pl.col("lib")).group_by("name")
+            .agg(pl.format("{}:{}", "file", "lineno").sort_by("depth").alias("stack")))
+    repeats = [s for s in user["stack"].to_list() if len(set(s)) < len(s)]
+    assert repeats  # the premise: JAX repeats user frames in one stack
+    rows = _code_rows(FORMS / "flax_lm")
+    for chain, row in rows:
+        assert len(set(chain)) == len(chain), chain
+        assert "profiled" not in row["qualname"] and not row["name"].startswith("jax.py")
+        assert row["qualname"].split(":")[:2] == row["name"].split(":")[:2]
+    cut = [r for _, r in rows if r["name"].endswith("...")]
+    assert cut and all(len(r["qualname"]) > len(r["name"]) - 3 and "..." not in r["qualname"]
+                       for r in cut)
+    # Each raw stack's innermost user frame is the innermost row its op lands on.
+    innermost = {f"{s[-1].rsplit('/', 1)[-1]}" for s in user["stack"].to_list()}
+    leaves = {":".join(r["qualname"].split(":")[:2]) for chain, r in rows if not r["children"]}
+    assert leaves <= innermost
+    doc = json.loads(run_cli(["advise", FORMS / "flax_lm", "--format", "json",
+                              "--no-cache"]).stdout)
+    rl101 = next(f for f in doc["findings"] if f["code"] == "RL101")
+    assert "<locals>." in rl101["where"]["code"] and "..." not in rl101["where"]["code"]
