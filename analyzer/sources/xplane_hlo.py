@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
+from .hlo_infer import fused_opcode, inferred_metadata, inferred_name
 from .hlo_work import ModuleWork
 from .xla_attribution import Module
 
@@ -92,16 +93,22 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
         index = module.stack_frame_index
         names = set()
         frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
+        inferred = inferred_metadata(module)
+        comps = {c.id: c for c in module.computations}
         for comp in module.computations:
             for inst in comp.instructions:
                 m = inst.metadata
                 names.add(inst.name)
+                source = inferred.get(inst.name)
+                if source is not None:  # no scope of its own: its neighbours' (hlo_infer)
+                    m = source
                 where = (m.stack_frame_id, m.source_file, m.source_line)
                 if where not in frames:  # instructions share their ops' stacks
                     frames[where] = _frames(m, index)
+                ran = fused_opcode(inst, comps) if source is not None else ""
                 out.ops[(program, inst.name)] = HloOp(
-                    op_name=m.op_name or inst.name,
-                    op_type=_op_type(m, inst.opcode),
+                    op_name=inferred_name(m, ran) if ran else m.op_name or inst.name,
+                    op_type=ran or _op_type(m, inst.opcode),
                     frames=frames[where],
                 )
         out.modules[program] = Module(program, module.name, names, module)
