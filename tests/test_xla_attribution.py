@@ -266,3 +266,31 @@ def test_sub_microsecond_ops_are_not_rounded() -> None:
         assert (diff <= 0.001 * both["us"] + 0.01).all()  # in fact equal to the ns
         small = both.filter(pl.col("us") < 10)["us_ours"]
         assert len(small) and any("." in fmt_us(v) for v in small.to_list())
+
+
+# The scanned LM's layer components, by their name in an op's path (xprof's or ours,
+# not folded): capture_flax.py's Block has ln1, attn, ln2, up, down.
+COMPONENT = r"(?:^|/)layers/(attn|up|down|ln1|ln2)(?:/|$)"
+
+
+def test_scanned_lm_in_command_buffers_as_xprof_reads_it_off() -> None:
+    """flx_scan: nn.scan(nn.remat(Block)) with XLA's defaults. Each iteration of the scan's
+    while loop launches the body's command buffer (27 kernels forward, 91 backward: cuBLAS
+    gemms with their workspace memsets, CUDA's memcpy128/memcpy32_post copies of the
+    dynamic slices): all of it is placed (xprof's hlo_stats places none), and each layer
+    component's share of device time is within 15% of xprof's on flx_scan_nocb."""
+    run = run_of("flx_scan")
+    how = attribution_shares(run)
+    assert 1.0 - how.get("unattributed", 0.0) >= 0.99, how
+    assert hlo_op_stats(xplane("flx_scan"))["self_time_ps"].sum() == 0  # xprof: nothing
+
+    def comp(name: pl.Expr) -> pl.Expr:
+        return name.str.extract(COMPONENT, 1).fill_null("(other)")
+
+    want = shares(hlo_op_stats(xplane("flx_scan_nocb")).group_by(
+        scope=comp(pl.col("op_name"))).agg(ps=pl.col("self_time_ps").sum()))
+    ours = shares(device(run).group_by(scope=comp(pl.col("node_name"))).agg(
+        ps=pl.col("op_end_rel_ns").sum() * 1000))
+    both = want.join(ours, on="scope", suffix="_ours").filter(pl.col("scope") != "(other)")
+    assert both.height == 5
+    assert ((both["share_ours"] - both["share"]).abs() <= 0.15 * both["share"]).all(), both

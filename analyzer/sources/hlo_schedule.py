@@ -11,7 +11,10 @@ without its number), so a kernel name places an event among the fusions of that 
 its position in the launch order decides which. Library calls (custom-calls: cuBLAS,
 cuDNN; custom fusions) run kernels named by the library, placed by position only.
 While, conditional and call instructions launch their computations' thunks in place: the
-launch order inlines those once (a loop's later iterations are placed by hlo_op or name).
+launch order inlines those once, and keeps each computation's span: XLA makes a command
+buffer of consecutive thunks of one computation (a loop body is one, launched once per
+iteration), so a buffer's kernels are placed within the span of the computation its
+named kernels belong to (xla_attribution).
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _NUMBER = re.compile(r"_\d+$")
 _FUSION_KIND = re.compile(rb'"kind"\s*:\s*"([^"]*)"')
 
-KERNEL, LIBRARY = 0, 1  # what a launch runs: a kernel XLA names, or library kernels
+# What a launch runs: a kernel XLA names, library kernels, or a device-to-device copy
+# (a `copy`, or a dynamic-slice / dynamic-update-slice fusion XLA runs as a memcpy: the
+# profile shows `MemcpyD2D`, or inside command buffers CUDA's `memcpy128` kernels).
+KERNEL, LIBRARY, COPY = 0, 1, 2
+_COPY_NAME = re.compile(r"(^|_)(dynamic_slice|dynamic_update_slice)(_|$)")
 
 
 def kernel_name(instruction: str) -> str:
@@ -52,14 +59,20 @@ class Launches:
     bases: list[str] = field(default_factory=list)
     known_kernels: set[str] = field(default_factory=set)  # every instruction's kernel name
     known_bases: set[str] = field(default_factory=set)
+    # Per launch, the [first, end) launches of its computation (a loop body's, a branch's;
+    # the entry's is the whole module): one command buffer runs one computation's thunks.
+    spans: list[tuple[int, int]] = field(default_factory=list)
 
     def add(self, inst: hlo_pb2.HloInstructionProto) -> None:
         library = inst.opcode == "custom-call" or _library_fusion(inst)
-        self.names.append(inst.name)
-        self.kinds.append(LIBRARY if library else KERNEL)
         kernel = kernel_name(inst.name)
+        copy = inst.opcode == "copy" or (inst.opcode == "fusion"
+                                          and _COPY_NAME.search(base_name(kernel)) is not None)
+        self.names.append(inst.name)
+        self.kinds.append(LIBRARY if library else COPY if copy else KERNEL)
         self.kernels.append(kernel)
         self.bases.append(base_name(kernel))
+        self.spans.append((0, 0))  # launch_order sets it once its computation is walked
 
 
 def _library_fusion(inst: hlo_pb2.HloInstructionProto) -> bool:
@@ -73,7 +86,8 @@ def _library_fusion(inst: hlo_pb2.HloInstructionProto) -> bool:
 
 def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
     """The module's launches: the entry computation's schedule, while/conditional/call
-    bodies inlined once (depth-first, each computation at most once)."""
+    bodies inlined once (depth-first, each computation at most once); each launch with
+    its computation's span."""
     comps = {c.id: c for c in module.computations}
     by_id = {i.id: i for c in module.computations for i in c.instructions}
     out = Launches()
@@ -92,12 +106,16 @@ def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
         seq = module.schedule.sequences.get(comp_id)
         order = ([by_id[i] for i in seq.instruction_ids if i in by_id] if seq is not None
                  else list(comps[comp_id].instructions))
+        first, own = len(out.names), []
         for inst in order:
             if inst.opcode in _INLINED:
                 for called in inst.called_computation_ids:
                     walk(called, depth + 1)
             elif inst.opcode not in _SILENT:
+                own.append(len(out.names))
                 out.add(inst)
+        for i in own:
+            out.spans[i] = (first, len(out.names))
 
     walk(entry, 0)
     return out
