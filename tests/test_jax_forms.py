@@ -259,3 +259,14 @@ def test_inferred_scope_is_a_neighbours_in_the_hlo():
                 assert got.endswith(INFERRED) and got.rsplit("/", 1)[0] in near
                 checked += 1
     assert checked == 2
+
+
+@pytest.mark.parametrize("capture", ["flax_lm", "plain"])
+def test_op_types_are_what_ran_not_jax_wrappers(capture):
+    """An instruction JAX named after a wrapper primitive (remat2's copies and transposes,
+    closed_call's broadcasts) is typed by what ran; the loop's own `while` stays."""
+    doc = json.loads(run_cli(["ops", FORMS / capture, "--format", "json",
+                              "--no-cache"]).stdout)
+    types = {r["name"] for r in doc["rows"]}
+    assert not types & {"remat2", "closed_call", "checkpoint", "pjit", "custom_jvp_call"}
+    assert "while" in types and "dot_general" in types

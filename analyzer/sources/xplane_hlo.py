@@ -51,11 +51,24 @@ def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
     return tuple(reversed(out))  # the innermost frame was first
 
 
-def _op_type(meta: xla_data_pb2.OpMetadata, opcode: str) -> str:
+# JAX primitives that only wrap others (a call, remat, custom derivatives, SPMD): an
+# instruction named by one ran as something else (a copy or a transpose of remat2's
+# outputs, a broadcast of closed_call's), which is its type. (`while` and `cond` stay:
+# the loop's and the branch's own instructions.)
+_WRAPPERS = frozenset({"remat", "remat2", "checkpoint", "closed_call", "core_call",
+                       "eval_jaxpr", "pjit", "custom_jvp_call", "custom_vjp_call",
+                       "custom_vjp_call_jaxpr", "shard_map", "pmap", "xla_pmap"})
+
+
+def _op_type(meta: xla_data_pb2.OpMetadata, inst: hlo_pb2.HloInstructionProto,
+             comps: dict[int, hlo_pb2.HloComputationProto]) -> str:
     if meta.op_type:
         return meta.op_type
     last = meta.op_name.rsplit("/", 1)[-1].split("[")[0] if meta.op_name else ""
-    return last if last and last.replace("_", "a").replace("-", "a").isalnum() else opcode
+    if last in _WRAPPERS:
+        return fused_opcode(inst, comps)
+    return (last if last and last.replace("_", "a").replace("-", "a").isalnum()
+            else inst.opcode)
 
 
 @dataclass
@@ -108,7 +121,7 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
                 ran = fused_opcode(inst, comps) if source is not None else ""
                 out.ops[(program, inst.name)] = HloOp(
                     op_name=inferred_name(m, ran) if ran else m.op_name or inst.name,
-                    op_type=ran or _op_type(m, inst.opcode),
+                    op_type=ran or _op_type(m, inst, comps),
                     frames=frames[where],
                 )
         out.modules[program] = Module(program, module.name, names, module)
