@@ -14,7 +14,9 @@ While, conditional and call instructions launch their computations' thunks in pl
 launch order inlines those once, and keeps each computation's span: XLA makes a command
 buffer of consecutive thunks of one computation (a loop body is one, launched once per
 iteration), so a buffer's kernels are placed within the span of the computation its
-named kernels belong to (xla_attribution).
+named kernels belong to (xla_attribution); a loop body's span keeps the loop's known trip
+count, so a loop run inside one buffer (the body's kernels many times in one launch) is
+placed on the body repeated per iteration.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _INLINED = frozenset({"while", "conditional", "call", "async-start"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _NUMBER = re.compile(r"_\d+$")
 _FUSION_KIND = re.compile(rb'"kind"\s*:\s*"([^"]*)"')
+_TRIPS = re.compile(rb'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 
 # What a launch runs: a kernel XLA names, library kernels, or a device-to-device copy
 # (a `copy`, or a dynamic-slice / dynamic-update-slice fusion XLA runs as a memcpy: the
@@ -62,6 +65,8 @@ class Launches:
     # Per launch, the [first, end) launches of its computation (a loop body's, a branch's;
     # the entry's is the whole module): one command buffer runs one computation's thunks.
     spans: list[tuple[int, int]] = field(default_factory=list)
+    # A while body's span -> the loop's trip count, where XLA knows it (> 1).
+    trips: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def add(self, inst: hlo_pb2.HloInstructionProto) -> None:
         library = inst.opcode == "custom-call" or _library_fusion(inst)
@@ -84,6 +89,13 @@ def _library_fusion(inst: hlo_pb2.HloInstructionProto) -> bool:
     return not (kind and kind.group(1).startswith(b"__triton"))
 
 
+def trip_count(inst: hlo_pb2.HloInstructionProto) -> int:
+    """A while loop's trip count as XLA knows it (backend_config `known_trip_count`; a
+    while's called computations are its body, then its condition), else 0."""
+    m = _TRIPS.search(inst.backend_config)
+    return int(m.group(1)) if m else 0
+
+
 def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
     """The module's launches: the entry computation's schedule, while/conditional/call
     bodies inlined once (depth-first, each computation at most once); each launch with
@@ -99,7 +111,7 @@ def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
         (c.id for c in module.computations if c.name == module.entry_computation_name), 0)
     seen: set[int] = set()
 
-    def walk(comp_id: int, depth: int) -> None:
+    def walk(comp_id: int, depth: int, trips: int = 0) -> None:
         if comp_id in seen or comp_id not in comps or depth > 64:
             return
         seen.add(comp_id)
@@ -109,13 +121,16 @@ def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
         first, own = len(out.names), []
         for inst in order:
             if inst.opcode in _INLINED:
+                body = inst.called_computation_ids[0] if inst.opcode == "while" else None
                 for called in inst.called_computation_ids:
-                    walk(called, depth + 1)
+                    walk(called, depth + 1, trip_count(inst) if called == body else 0)
             elif inst.opcode not in _SILENT:
                 own.append(len(out.names))
                 out.add(inst)
         for i in own:
             out.spans[i] = (first, len(out.names))
+        if trips > 1 and own:
+            out.trips[(first, len(out.names))] = trips
 
     walk(entry, 0)
     return out
