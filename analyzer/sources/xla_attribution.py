@@ -55,10 +55,7 @@ class Module:
             assert self._proto is not None
             self._launches = launch_order(self._proto)
             self._proto = None
-            # A loop's launches repeat per iteration: an instruction's first one.
-            self.position = {}
-            for i, n in enumerate(self._launches.names):
-                self.position.setdefault(n, i)
+            self.position = {n: i for i, n in enumerate(self._launches.names)}
             self.by_kernel = {kernel_name(n): n for n in self.instructions}
             counts = Counter(self._launches.kernels)
             self.unique_at = {k: i for i, k in enumerate(self._launches.kernels)
