@@ -6,7 +6,12 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ..analyzer.analysis.codepaths import GRADIENT_SUFFIX, code_paths
+from ..analyzer.analysis.codepaths import (
+    GRADIENT_SUFFIX,
+    code_paths,
+    qualified_names,
+    with_qualnames,
+)
 from ..analyzer.analysis.collectives import WAIT_TYPE
 from ..analyzer.analysis.jaxscopes import folded
 from ..analyzer.model import kernel_label_expr
@@ -128,4 +133,6 @@ def _top_code_lines(a: Analysis, nodes: pl.DataFrame) -> list[dict]:
         .filter(pl.col("micros") > 0)
         .sort(["micros", "code"], descending=[True, False]).head(TOP)
     )
-    return per_line.to_dicts()
+    # The line by its full qualified name (the code view's rows cut the function's).
+    return (with_qualnames(per_line, "code", qualified_names(a.run))
+            .with_columns(code=pl.coalesce("qualname", "code")).drop("qualname").to_dicts())

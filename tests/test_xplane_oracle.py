@@ -199,6 +199,18 @@ def test_gpu_kernels_equal_the_profilers_tensorflow_ops_line() -> None:
     assert stat_names.str.contains(":Memcpy(H2D|D2H|D2D|P2P)$").all()
 
 
+def _inferred_names(proto: bytes) -> dict[str, str]:
+    """instruction -> its inferred op name (runlens's rule, on the vendored HLO subset)."""
+    from runlens.analyzer.proto import hlo_pb2 as ours
+    from runlens.analyzer.sources.hlo_infer import fused_opcode, inferred_metadata, inferred_name
+
+    module = ours.HloProto.FromString(proto).hlo_module
+    comps = {c.id: c for c in module.computations}
+    insts = {i.name: i for c in module.computations for i in c.instructions}
+    return {name: inferred_name(meta, fused_opcode(insts[name], comps))
+            for name, meta in inferred_metadata(module).items()}
+
+
 def test_jax_ops_equal_the_hlo_metadata() -> None:
     """Each XLA thunk's time goes to the framework op (named-scope path) of its HLO
     instruction: checked with XLA's own full HloProto schema (TensorFlow's copy), not our
@@ -218,9 +230,13 @@ def test_jax_ops_equal_the_hlo_metadata() -> None:
                 continue
             module = hlo_pb2.HloProto.FromString(st["Hlo Proto"].bytes_value).hlo_module
             program = st["program_id"].int64_value or st["program_id"].uint64_value
+            # An instruction XLA made without an op name is named by the scope it takes
+            # from its neighbours (sources/hlo_infer.py, tests/test_jax_forms.py).
+            inferred = _inferred_names(st["Hlo Proto"].bytes_value)
             for comp in module.computations:
                 for inst in comp.instructions:
-                    op_names[(program, inst.name)] = inst.metadata.op_name or inst.name
+                    op_names[(program, inst.name)] = inferred.get(
+                        inst.name, inst.metadata.op_name or inst.name)
     rows = []
     for plane in space.planes:
         if plane.name != "/host:CPU":

@@ -14,7 +14,11 @@ whose forward op has no trace are left out, as tfprof does.
 
 JAX ops (HLO OpMetadata stack frames, sources/xplane_hlo) carry their own frames, the
 backward pass's the same line as the forward op's: one row holds both (the code view
-shows the split, analyzer.views); JAX's, flax's and optax's frames are library frames.
+shows the split, analyzer.views); JAX's, flax's and optax's frames are library frames,
+and so are runlens's capture helpers' (analyzer/capture/: `profiled` wraps the step).
+JAX's stacks repeat the user's frames (one trace per transformation); the user path
+keeps each frame once. Rows are named as tfprof names frames (function cut to 20
+characters); `qualified_names` gives each its full qualified name.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ LIBRARY_PACKAGES = ("tensorflow", "tensorflow_core", "tensorflow_estimator", "ke
 _PACKAGE_RE = r"/(?:site|dist)-packages/(?:" + "|".join(LIBRARY_PACKAGES) + r")(?:/|\.py$)"
 _STDLIB_RE = r"/lib/python3(?:\.\d+)?/"
 _INSTALLED_RE = r"/(?:site|dist)-packages/"
-_OUR_HOOK_RE = r"(?:^|/)analyzer/capture\.py$"  # ops our capture hook adds (the step read)
+# runlens's capture helpers (analyzer/capture/*.py: the TF hooks, JAX's `profiled`), and
+# the old single-file hook: a step they wrap is not the user's code.
+_OUR_HOOK_RE = r"(?:^|/)analyzer/capture(?:/[A-Za-z0-9_]+)?\.py$"
 GRADIENT_SUFFIX = " (gradient)"
 
 
@@ -49,6 +55,34 @@ def trace_string() -> pl.Expr:
     short = pl.when(fn.str.len_chars() < 20).then(fn).otherwise(fn.str.head(17) + "...")
     return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
                      short)
+
+
+def qualified_string() -> pl.Expr:
+    """A code frame by its full qualified name: file basename, line, the whole function
+    name (`build_cnn.<locals>.loss_fn`, which trace_string cuts)."""
+    return pl.format("{}:{}:{}", pl.col("file").str.split("/").list.last(), pl.col("lineno"),
+                     pl.col("function"))
+
+
+def qualified_names(run: Run) -> pl.DataFrame:
+    """name (a frame's trace_string, as the code view names its rows) -> qualname (its
+    full qualified name). A file line holds one function, so a name has one qualname."""
+    return (run.code.select(name=trace_string(), qualname=qualified_string())
+            .unique().sort("name", "qualname").unique("name", keep="first",
+                                                       maintain_order=True))
+
+
+def with_qualnames(frame: pl.DataFrame, column: str, names: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `qualname`: the full qualified name (`names`, qualified_names) of each
+    row's frame `column`; a gradient row keeps its " (gradient)"; null where `column`
+    names no frame."""
+    grad = pl.col(column).str.ends_with(GRADIENT_SUFFIX)
+    return (frame.with_columns(_frame=pl.col(column).str.strip_suffix(GRADIENT_SUFFIX))
+            .join(names.rename({"name": "_frame"}), on="_frame", how="left",
+                  maintain_order="left")
+            .with_columns(qualname=pl.when(grad).then(pl.col("qualname") + GRADIENT_SUFFIX)
+                          .otherwise("qualname"))
+            .drop("_frame"))
 
 
 def code_paths(run: Run) -> pl.DataFrame:
@@ -72,6 +106,7 @@ def _code_paths(run: Run) -> pl.DataFrame:
         .with_columns(user_path=pl.when(pl.col("user_path").list.len() > 0)
                       .then("user_path").otherwise(pl.col("path").list.tail(1)))
     )
+    own = _collapsed(own)
     names = own.select("worker", "name")
     fwd = pl.col("name").str.extract(r"gradients/(.+?)_grad/", 1)
     is_grad = pl.col("name").str.contains("gradients/") & pl.col("name").str.contains("_grad/")
@@ -85,6 +120,32 @@ def _code_paths(run: Run) -> pl.DataFrame:
     )
     forward = own.join(names.filter(is_grad), on=["worker", "name"], how="anti")
     return pl.concat([forward, grads])
+
+
+def collapse(path: list[str]) -> list[str]:
+    """A stack with its repeats cut: where a frame comes again, what lay between its two
+    calls goes (`a > b > c > a > b > d` -> `a > b > d`), so the innermost frame stays."""
+    out: list[str] = []
+    for frame in path:
+        if frame in out:
+            del out[out.index(frame) + 1:]
+        else:
+            out.append(frame)
+    return out
+
+
+def _collapsed(own: pl.DataFrame) -> pl.DataFrame:
+    """JAX's stacks repeat the user's frames (each trace of a transformation re-enters
+    train_step > loss_fn > Model.__call__): `collapse` of each distinct user path."""
+    key = pl.col("user_path").list.join("\x1f")
+    distinct = own.select(key.alias("_key"), "user_path").unique("_key")
+    table = pl.DataFrame({"_key": distinct.get_column("_key"),
+                          "_collapsed": [collapse(p) for p in distinct.get_column(
+                              "user_path").to_list()]},
+                         schema={"_key": pl.String, "_collapsed": pl.List(pl.String)})
+    return (own.with_columns(key.alias("_key")).join(table, on="_key", how="left",
+                                                      maintain_order="left")
+            .with_columns(user_path="_collapsed").drop("_key", "_collapsed"))
 
 
 CODE_PATHS = products.register("code_paths", _code_paths, whole_run=True)

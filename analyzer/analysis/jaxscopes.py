@@ -19,6 +19,17 @@ re-entered by a transform is kept once. The leaf (the primitive: `dot_general`,
 `remat2`) is kept as it is. Which pass an op belongs to is said apart: `backward` when a
 `transpose` wrapped any of its scopes, `forward` when only `jvp` did, else "" (no
 autodiff: the optimizer, an eval step).
+Control flow and calls add plain elements (jax/_src/lax/control_flow, core.call): a loop
+(`scan`, `fori_loop`, `while_loop`) lowers its body under `while/body` and its condition
+under `while/cond` (`while/body_pred` for a batched predicate), a `cond`/`switch` branch
+under `cond/branch_N_fun`, a called jaxpr under `closed_call` or `eval_jaxpr` (flax's
+`nn.scan`), `custom_jvp_call`/`custom_vjp_call` around custom derivatives, and the SPMD
+wrappers `shard_map` and `pmap`/`xla_pmap` (bare, or as calls `shard_map(f)`). Those go
+too; a loop's or branch's elements go only as the pair JAX writes for the computation it
+lowers into (a while body, a branch), so a user's own scope named `body` or `cond` stays.
+(The pairs were checked against the HLO: every executed instruction named so sits in a
+while body/condition or a branch computation, tests/test_jax_forms.py.)
+XLA joins the names of instructions it merged with `;`: the first one names the op.
 Names without parentheses (every TensorFlow name) come back unchanged.
 """
 
@@ -32,9 +43,17 @@ import polars as pl
 # NameStack transforms (source_info_util.transform_name_stack), outermost first when nested.
 TRANSFORMS = frozenset({"jvp", "transpose", "vmap"})
 # util.wrap_name: the scope of a traced function call.
-CALLS = frozenset({"jit", "pjit", "pmap", "xmap", "xla_computation", "shard_map"})
-# Scopes JAX adds for jax.checkpoint (ad_checkpoint.py), not the user's.
-PSEUDO_SCOPES = frozenset({"checkpoint", "rematted_computation", "remat"})
+CALLS = frozenset({"jit", "pjit", "pmap", "xmap", "xla_computation", "shard_map", "xla_pmap"})
+# SPMD wrappers: the program's own partitioning, never a user's scope (bare or as a call).
+SPMD = frozenset({"shard_map", "pmap", "xla_pmap", "xmap"})
+# Scopes JAX adds for jax.checkpoint (ad_checkpoint.py), called jaxprs and custom
+# derivatives: not the user's.
+PSEUDO_SCOPES = frozenset({"checkpoint", "rematted_computation", "remat", "remat2",
+                           "closed_call", "core_call", "eval_jaxpr", "custom_jvp_call",
+                           "custom_vjp_call", "custom_vjp_call_jaxpr", "pjit", *SPMD})
+# A loop's or a branch's pair of elements: (the primitive, what its computation is named).
+_PAIRS = {"while": re.compile(r"^(?:body|cond|body_pred)$"),
+          "cond": re.compile(r"^branch_\d+_fun$")}
 _WRAPPED = re.compile(r"^([A-Za-z_]\w*)\((.*)\)$")
 FORWARD, BACKWARD = "forward", "backward"
 
@@ -51,7 +70,7 @@ def _unwrap(part: str) -> tuple[str, set[str], bool]:
         part = m.group(2)
     m = _WRAPPED.match(part)
     if m is not None and m.group(1) in CALLS:
-        return m.group(2), seen, True
+        return ("" if m.group(1) in SPMD else m.group(2)), seen, True
     return part, seen, False
 
 
@@ -60,20 +79,28 @@ def fold(name: str) -> tuple[str, str]:
     """(the user's scope path, "forward" | "backward" | "") of a JAX op name."""
     if "(" not in name:
         return name, ""
-    parts = name.split("/")
+    parts = name.split(";", 1)[0].split("/")
     out: list[str] = []
     transforms: set[str] = set()
     last = len(parts) - 1
+    skip = False
     for i, part in enumerate(parts):
         if i == last:
             out.append(part)
             break
+        if skip:
+            skip = False
+            continue
+        pair = _PAIRS.get(part)
+        if pair is not None and pair.match(parts[i + 1]) and i + 1 < last:
+            skip = True  # `while/body`, `cond/branch_1_fun`: the loop's or branch's jaxpr
+            continue
         inner, seen, call = _unwrap(part)
         transforms |= seen
         if not inner or (call and (i == 0 and not seen or inner == "main")):
             continue  # `jvp()`; the program's own function (`jit(main)` in older JAX)
         if inner in PSEUDO_SCOPES or (seen and out and out[-1] == inner):
-            continue  # remat's scopes; a scope re-entered by a transform (remat replay)
+            continue  # JAX's own scopes; a scope re-entered by a transform (remat replay)
         out.append(inner)
     direction = (BACKWARD if "transpose" in transforms
                  else FORWARD if "jvp" in transforms else "")

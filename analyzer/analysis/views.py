@@ -19,7 +19,7 @@ import polars as pl
 
 from .. import products
 from ..model import Run, kernel_label_expr
-from .codepaths import code_paths
+from .codepaths import code_paths, qualified_names, with_qualnames
 from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
 from .nodestats import METRICS, node_stats
 from .stepselect import StepChoice, analysed
@@ -390,6 +390,8 @@ def code_view(run: Run, opts: ViewOptions) -> View:
     if not paths.height:
         view.notes.append("no code traces (op_log.pb missing or without them)")
         return view
+    # Each row's frame by its full qualified name beside tfprof's cut one (JSON `qualname`).
+    view.rows = with_qualnames(view.rows, "name", qualified_names(run))
     nodes = node_stats(chosen_run(run, opts), opts.step)
     total = float(nodes.get_column("micros").sum())
     traceless = nodes.join(paths, on=["worker", "name"], how="anti")

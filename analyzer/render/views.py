@@ -79,6 +79,7 @@ def _tree_row(node: dict[str, Any]) -> dict[str, Any]:
     passes = {m: _number(node[m]) for m in PASS_METRICS if m in node}  # JAX: fwd/bwd time
     return {
         "name": node["name"],
+        **({"qualname": node["qualname"]} if "qualname" in node else {}),  # code: uncut
         **kernel,
         **_metrics(node),
         **passes,

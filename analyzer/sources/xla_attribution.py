@@ -20,15 +20,19 @@ events plus one alignment per distinct launch.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..proto import hlo_pb2
-from .hlo_schedule import Launches, kernel_name, launch_order
-from .xla_align import MAX_CELLS, align, scores
+from .hlo_schedule import Launches, base_name, kernel_name, launch_order
+from .xla_align import MAX_CELLS, MEMORY, align, scores
 
 HLO_OP, NAME, SCHEDULE, NONE = 0, 1, 2, 3
+# One body's launch runs at most about one kernel per launch (flx_scan: 27 kernels on 32
+# launches forward, 91 on 111 backward); a whole loop of N trips about N times that.
+LOOP_RATIO = 1.5
 HOW = ("op stat", "kernel name", "schedule", "unattributed")  # "op stat": hlo_op, TF annotation
 
 
@@ -43,6 +47,7 @@ class Module:
         self._launches: Launches | None = None
         self.position: dict[str, int] = {}  # instruction -> launch index
         self.by_kernel: dict[str, str] = {}  # kernel name -> instruction
+        self.unique_at: dict[str, int] = {}  # kernel name of one launch only -> its index
 
     @property
     def launches(self) -> Launches:
@@ -52,6 +57,9 @@ class Module:
             self._proto = None
             self.position = {n: i for i, n in enumerate(self._launches.names)}
             self.by_kernel = {kernel_name(n): n for n in self.instructions}
+            counts = Counter(self._launches.kernels)
+            self.unique_at = {k: i for i, k in enumerate(self._launches.kernels)
+                              if counts[k] == 1}
         return self._launches
 
 
@@ -135,12 +143,41 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
         # No launch between its neighbours: the module's next run began in between.
         window = [(lo, m), (0, hi)] if hi <= lo else [(lo, hi)]
         kernels = ev.kernel[rows[group]]
+        codes, counts = np.unique(kernels, return_counts=True)
+        window = _within_computation(window, dict(zip([ev.kernels[k] for k in codes.tolist()],
+                                                      counts.tolist(), strict=True)), module)
         key = (module.program, tuple(window), kernels.tobytes())
         got = cache.get(key)
         if got is None:
             got = cache[key] = _targets([ev.kernels[k] for k in kernels.tolist()], module,
                                         window, target_of)
         target[rows[group]], how[rows[group]] = got
+
+
+def _within_computation(window: list[tuple[int, int]], kernels: dict[str, int],
+                        module: Module) -> list[tuple[int, int]]:
+    """The window narrowed to the span of the computation a buffer launch's kernels name
+    (hlo_schedule: a command buffer runs thunks of one computation: a loop body's buffer,
+    launched once per iteration, stays in the body). The computation is the one most of
+    its kernels that name a single launch belong to (ties: the first); a window that
+    misses it is replaced by it. A loop body's buffer that ran more kernels (memsets
+    aside) than LOOP_RATIO times the body's launches ran the whole loop (XLA's while
+    command): the body's span once per trip. (A kernel's name repeating is no sign: XLA
+    reuses one kernel for identical fusions.) `kernels`: the launch's kernel names and
+    how often each ran."""
+    spans = Counter(module.launches.spans[module.unique_at[k]] for k in kernels
+                    if k in module.unique_at)
+    if not spans:
+        return window
+    lo, hi = spans.most_common(1)[0][0]
+    if (lo, hi) == (0, len(module.launches.names)):
+        return window
+    trips = module.launches.trips.get((lo, hi), 0)
+    ran = sum(n for k, n in kernels.items() if not k.startswith(("Memset", "memset")))
+    if trips > 1 and ran > LOOP_RATIO * (hi - lo):
+        return [(lo, hi)] * trips  # the whole loop in one launch: the body once per trip
+    inside = [(max(a, lo), min(b, hi)) for a, b in window if max(a, lo) < min(b, hi)]
+    return inside or [(lo, hi)]
 
 
 def _targets(kernels: list[str], module: Module, window: list[tuple[int, int]],
@@ -167,6 +204,27 @@ def _place(kernels: list[str], launches: Launches, window: list[tuple[int, int]]
     cols = np.concatenate(spans) if spans else np.zeros(0, np.int64)
     if not len(cols) or len(kernels) * len(cols) > MAX_CELLS:
         return np.full(len(kernels), -1, np.int64)
-    score = np.concatenate([scores(kernels, launches, a, b) for a, b in window], axis=1)
+    # A library call's workspace memset goes with the library kernel that follows it.
+    lead = _leading_memsets(kernels, launches)
+    rest = np.flatnonzero(~lead)
+    kept = [kernels[i] for i in rest.tolist()]
+    score = np.concatenate([scores(kept, launches, a, b) for a, b in window], axis=1)
     at = align(score)
-    return np.where(at >= 0, cols[np.clip(at, 0, len(cols) - 1)], -1)
+    placed = np.full(len(kernels), -1, np.int64)
+    placed[rest] = np.where(at >= 0, cols[np.clip(at, 0, len(cols) - 1)], -1)
+    for i in np.flatnonzero(lead)[::-1].tolist():
+        placed[i] = placed[i + 1]
+    return placed
+
+
+def _leading_memsets(kernels: list[str], launches: Launches) -> np.ndarray:
+    """Which kernels are a memset right before a library kernel (cuBLAS clears its
+    workspace, then runs the gemm: one call, one launch)."""
+    out = np.zeros(len(kernels), bool)
+    for i in range(len(kernels) - 2, -1, -1):
+        nxt = kernels[i + 1]
+        library = (nxt not in launches.known_kernels and base_name(nxt) not in
+                   launches.known_bases and not nxt.startswith(MEMORY))
+        if kernels[i].startswith(("Memset", "memset")) and (library or out[i + 1]):
+            out[i] = True
+    return out

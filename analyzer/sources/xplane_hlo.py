@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
 from .hlo_collectives import Share, collective_shares
+from .hlo_infer import fused_opcode, inferred_metadata, inferred_name
 from .hlo_work import ModuleWork
 from .xla_attribution import Module
 
@@ -54,11 +55,24 @@ def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
     return tuple(reversed(out))  # the innermost frame was first
 
 
-def _op_type(meta: xla_data_pb2.OpMetadata, opcode: str) -> str:
+# JAX primitives that only wrap others (a call, remat, custom derivatives, SPMD): an
+# instruction named by one ran as something else (a copy or a transpose of remat2's
+# outputs, a broadcast of closed_call's), which is its type. (`while` and `cond` stay:
+# the loop's and the branch's own instructions.)
+_WRAPPERS = frozenset({"remat", "remat2", "checkpoint", "closed_call", "core_call",
+                       "eval_jaxpr", "pjit", "custom_jvp_call", "custom_vjp_call",
+                       "custom_vjp_call_jaxpr", "shard_map", "pmap", "xla_pmap"})
+
+
+def _op_type(meta: xla_data_pb2.OpMetadata, inst: hlo_pb2.HloInstructionProto,
+             comps: dict[int, hlo_pb2.HloComputationProto]) -> str:
     if meta.op_type:
         return meta.op_type
     last = meta.op_name.rsplit("/", 1)[-1].split("[")[0] if meta.op_name else ""
-    return last if last and last.replace("_", "a").replace("-", "a").isalnum() else opcode
+    if last in _WRAPPERS:
+        return fused_opcode(inst, comps)
+    return (last if last and last.replace("_", "a").replace("-", "a").isalnum()
+            else inst.opcode)
 
 
 @dataclass
@@ -96,18 +110,27 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
         index = module.stack_frame_index
         names = set()
         frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
+        inferred = inferred_metadata(module)
+        comps = {c.id: c for c in module.computations}
         for comp in module.computations:
             shares = collective_shares(comp)
             for inst in comp.instructions:
                 m = inst.metadata
                 names.add(inst.name)
+                source = inferred.get(inst.name)
+                if source is not None:  # no scope of its own: its neighbours' (hlo_infer)
+                    m = source
                 where = (m.stack_frame_id, m.source_file, m.source_line)
                 if where not in frames:  # instructions share their ops' stacks
                     frames[where] = _frames(m, index)
                 share = shares.get(inst.name, ())
+                # a collective shared among its operands' scopes names them; an op without
+                # a name of its own takes its neighbours' (inferred), else its own
+                ran = fused_opcode(inst, comps) if source is not None and not share else ""
                 out.ops[(program, inst.name)] = HloOp(
-                    op_name=share[0][0] if share else m.op_name or inst.name,
-                    op_type=share[0][1] if share else _op_type(m, inst.opcode),
+                    op_name=share[0][0] if share else (
+                        inferred_name(m, ran) if ran else m.op_name or inst.name),
+                    op_type=share[0][1] if share else ran or _op_type(m, inst, comps),
                     frames=frames[where], shares=share,
                 )
         out.modules[program] = Module(program, module.name, names, module)
