@@ -88,6 +88,10 @@ GRAPH_NODE_SCHEMA: Schema = {
     "recv_device": pl.String,
     "fused_ops": pl.List(pl.String),  # a fused kernel's `fused_ops` attr (Grappler remapper)
     "source": pl.String,
+    # HLO ops: the while loop the op runs in ("<program>:<while>") and its trips per run of
+    # the module (sources/hlo_loops.py; 0: not known); null outside loops and for graphs
+    "loop": pl.String,
+    "loop_trips": pl.Int64,
 }
 OP_LOG_SCHEMA: Schema = {"name": pl.String, "float_ops": pl.Int64, "types": pl.List(pl.String)}
 CODE_SCHEMA: Schema = {

@@ -11,6 +11,7 @@ import polars as pl
 from ..model import Run
 from . import collectives
 from .attribution import attribution_note, attribution_shares
+from .loops import loops
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
 from .stepselect import analysed as analysed_run
@@ -43,6 +44,8 @@ def summary(run: Run, choice: Any = None) -> dict:
         extra["device_step_time_us"] = stats(dev)
     if comm := collectives.summary(analysed_run(run, choice)):
         extra["collectives"] = comm  # medians per step over the analysed steps
+    if found := loops(run):
+        extra["loops"] = found  # XLA while loops: the user's scope and the trip count
     if run.attribution.height:
         extra["attribution"] = attribution_shares(run)
         extra["attribution_note"] = attribution_note(run)

@@ -75,6 +75,8 @@ def graph_nodes(graphs: Iterable[bytes], kind: str) -> pl.DataFrame:
             cols["fused_ops"].append([s.decode() for s in attr["fused_ops"].list.s]
                                      if "fused_ops" in attr else None)
             cols["source"].append(kind)
+            cols["loop"].append(None)  # HLO only (sources/hlo_loops.py)
+            cols["loop_trips"].append(None)
     return _frame(cols, GRAPH_NODE_SCHEMA)
 
 

@@ -43,6 +43,13 @@ def summary_text(s: dict) -> str:
             f"({comm['wait_share'] * 100:.1f}%)"
             + (f", summed over {over} devices" if over > 1 else "")
             + (f"; {kinds} without the wait" if kinds else ""))
+    for loop in s.get("loops", []):
+        trips = f"{loop['trips']} trips" if loop["trips"] else "trips not known to XLA"
+        count = loop["while_loops"]
+        lines.append(f"loop       {loop['scope'] or '(top level)'}: {trips} per run of its "
+                     "program" + (f" ({count} while loops: forward and backward passes)"
+                                  if count == 2 else f" ({count} while loops)"
+                                  if count > 2 else ""))
     if note := s.get("attribution_note"):
         lines.append(f"ops        {note}")
     for item in s.get("left_out", []):

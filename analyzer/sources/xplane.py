@@ -150,26 +150,29 @@ def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[s
 
 
 def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """JAX: graph nodes (framework op -> op type) and code (source frames) from the HLO
-    metadata plane (xplane_hlo.read_programs, read once with the planes)."""
-    nodes: dict[str, str] = {}
+    """JAX: graph nodes (framework op -> op type, the loop it runs in) and code (source
+    frames) from the HLO metadata plane (xplane_hlo.read_programs, read once with the
+    planes)."""
+    nodes: dict[str, tuple[str, str | None, int | None]] = {}
     code: dict[str, list] = {k: [] for k in schema.CODE_SCHEMA}
     for op in ops.values():
+        loop = (op.loop or None, op.loop_trips if op.loop else None)
         # A shared collective's every share is a node (xplane_collectives).
         for name, op_type in [(op.op_name, op.op_type), *[s[:2] for s in op.shares]]:
             if name in nodes:
                 continue
-            nodes[name] = op_type
+            nodes[name] = (op_type, *loop)
             for depth, (file, line, func) in enumerate(op.frames):
                 for k, v in zip(("name", "depth", "file", "lineno", "function", "line",
                                  "func_start_line"),
                                 (name, depth, file, line, func, "", 0), strict=True):
                     code[k].append(v)
-    graph = pl.DataFrame({"name": list(nodes), "op": list(nodes.values())},
-                         schema={"name": pl.String, "op": pl.String})
+    graph = pl.DataFrame([(name, *rest) for name, rest in nodes.items()], orient="row",
+                         schema={"name": pl.String, "op": pl.String, "loop": pl.String,
+                                 "loop_trips": pl.Int64})
     graph = graph.with_columns(
         **{c: pl.lit(None, dtype=t) for c, t in schema.GRAPH_NODE_SCHEMA.items()
-           if c not in ("name", "op", "source")},
+           if c not in ("name", "op", "source", "loop", "loop_trips")},
         source=pl.lit("hlo"),
     ).select(list(schema.GRAPH_NODE_SCHEMA))
     return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from ..proto import hlo_pb2, xla_data_pb2, xplane_pb2
 from .hlo_collectives import Share, collective_shares
 from .hlo_infer import fused_opcode, inferred_metadata, inferred_name
+from .hlo_loops import loops_of
 from .hlo_work import ModuleWork
 from .xla_attribution import Module
 
@@ -33,6 +34,10 @@ class HloOp:
     # A collective: its time shared among the scopes of its operands (hlo_collectives);
     # op_name/op_type are then the first share's.
     shares: tuple[Share, ...] = ()
+    # The while loop the instruction runs in (hlo_loops): "<program>:<while>", and its
+    # trips per run of the module (0: not known); "" outside loops.
+    loop: str = ""
+    loop_trips: int = 0
 
 
 def _frames(meta: xla_data_pb2.OpMetadata, index: hlo_pb2.StackFrameIndexProto
@@ -112,8 +117,10 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
         frames: dict[tuple[int, str, int], tuple[tuple[str, int, str], ...]] = {}
         inferred = inferred_metadata(module)
         comps = {c.id: c for c in module.computations}
+        loops = loops_of(module)
         for comp in module.computations:
             shares = collective_shares(comp)
+            loop = loops.get(comp.id)
             for inst in comp.instructions:
                 m = inst.metadata
                 names.add(inst.name)
@@ -132,6 +139,8 @@ def read_programs(plane: xplane_pb2.XPlane) -> Programs:
                         inferred_name(m, ran) if ran else m.op_name or inst.name),
                     op_type=share[0][1] if share else ran or _op_type(m, inst, comps),
                     frames=frames[where], shares=share,
+                    loop=f"{program}:{loop.name}" if loop else "",
+                    loop_trips=loop.trips if loop else 0,
                 )
         out.modules[program] = Module(program, module.name, names, module)
         out.work[program] = ModuleWork(module)
