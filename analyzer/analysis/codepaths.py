@@ -66,7 +66,12 @@ def qualified_string() -> pl.Expr:
 
 def qualified_names(run: Run) -> pl.DataFrame:
     """name (a frame's trace_string, as the code view names its rows) -> qualname (its
-    full qualified name). A file line holds one function, so a name has one qualname."""
+    full qualified name). A file line holds one function, so a name has one qualname.
+    A product (cached with the run): a warm code view reads it, not the code frame."""
+    return QUALIFIED_NAMES(run)
+
+
+def _qualified_names(run: Run) -> pl.DataFrame:
     return (run.code.select(name=trace_string(), qualname=qualified_string())
             .unique().sort("name", "qualname").unique("name", keep="first",
                                                        maintain_order=True))
@@ -149,3 +154,4 @@ def _collapsed(own: pl.DataFrame) -> pl.DataFrame:
 
 
 CODE_PATHS = products.register("code_paths", _code_paths, whole_run=True)
+QUALIFIED_NAMES = products.register("qualified_names", _qualified_names, whole_run=True)
