@@ -188,10 +188,14 @@ def _add_lines(got: _Columns, name: np.ndarray, lane: int,
                lane_name: str, ops: Any, nested: np.ndarray | None) -> None:
     start, dur, group = got.col("start"), got.col("dur"), got.col("group")
     own_all = dur if nested is None else np.maximum(dur - nested, 0)
+    # The host launch of each event (xplane_links), by its correlation id.
+    corr = got.col("corr") if "corr" in got.parts else np.full(len(start), -1, np.int64)
+    corr = np.where(corr < 0, ABSENT, corr)
     at = 0
     for thread, line_name, n in got.lines:
         s, d, own = start[at: at + n], dur[at: at + n], own_all[at: at + n]
-        ops.add(lane, thread, s, d, own, name[at: at + n], group[at: at + n])
+        ops.add(lane, thread, s, d, own, name[at: at + n], group[at: at + n],
+                corr=corr[at: at + n])
         ops.threads[(lane_name, thread)] = line_name
         at += n
 
