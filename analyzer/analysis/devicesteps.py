@@ -70,8 +70,10 @@ def device_steps(run: Run) -> pl.DataFrame:
     (1 - busy/span), events, wait_ns (its collectives' wait for peers, where the input
     records it), how (its events' placement), `work` False where the device did nothing
     in the step (numbers null: "no work in this step")."""
-    work = device_work(run).filter(pl.col("step").is_not_null())
-    devices = run.keys.select("worker", "device").unique()
+    every = device_work(run)
+    work = every.filter(pl.col("step").is_not_null())
+    devices = pl.concat([run.keys.select("worker", "device"),
+                         every.select("worker", "device")]).unique()
     steps = step_times(run).select("worker", "step")
     grid = devices.join(steps, on="worker")
     return (

@@ -85,8 +85,9 @@ def device_table(run: Run, steps: pl.DataFrame) -> pl.DataFrame:
         idle_share=pl.col("idle_share").filter(worked).median().round(4),
         collective_us=pl.col("collective_us").filter(worked).median().round(1),
         collective_wait_us=pl.col("collective_wait_us").filter(worked).median().round(1))
-    return (counts.join(medians, on=by, how="left")
-            .with_columns(pl.col("steps", "steps_with_work").fill_null(0))
+    return (medians.join(counts, on=by, how="left")
+            .with_columns(pl.col("steps", "steps_with_work", "node_stats", "nodes")
+                          .fill_null(0))
             .select(*by, "node_stats", "nodes", "device_step_us", "busy_us", "idle_share",
                     "collective_us", "collective_wait_us", "steps_with_work", "steps")
             .sort(by))

@@ -110,7 +110,8 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
                 start=line.timestamp_ns * 1000 + line.off, dur=line.dur,
                 group=_groups(line, get("group_id"), index))
         got.lines.append((int(m.group(1)), line.name, n))
-    if not got.lines:
+    if not got.lines:  # a device that ran nothing in the profile: shown, with no work
+        extra.idle_devices.append(device)
         return
     extra.device_facts.append(device_facts(plane.meta, device))
     name, how, by_hlo = _names(got, kernels, programs, ops, extra)
@@ -231,7 +232,8 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
                 nested=line.dur - self_times(line.off, line.dur),
                 group=_groups(line, plane.stat_ids.get("group_id"), np.arange(n)))
         got.lines.append((len(got.lines), line.name, n))
-    if not got.lines:
+    if not got.lines:  # a device that ran nothing in the profile: shown, with no work
+        extra.idle_devices.append(device)
         return
     name = got.col("name")
     _add_lines(got, name, lane, lane_name, ops, nested=got.col("nested"))

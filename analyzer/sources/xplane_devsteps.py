@@ -8,7 +8,9 @@ of its events' intervals: streams and nested ops counted once), its events, the 
 XLA CPU collectives waited for peers (`Rendezvous`), and how its events were placed in the
 step: "group" (the profiler's `group_id`), "launch" (the host work that launched them:
 xplane_links), "window" (the step marker open when they started). On a profile the plugin
-grouped, events of no group are outside every step: a row with a null step.
+grouped, events of no group are outside every step: a row with a null step. A device
+plane without events (six of the BERT profile's eight GPUs) is a row with a null step
+and no events: the device is shown, with no work in any step.
 """
 
 from __future__ import annotations
@@ -76,4 +78,10 @@ def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,
     thread = (np.concatenate(ops.thread).astype(np.int64) if ops.thread
               else np.zeros(0, np.int64))
     wait = xplane_links.rendezvous_wait(extra, thread, start, dur, ~on_device)
-    return device_steps(ops.lanes, lane, step, start, dur, in_step, how, wait)
+    found = device_steps(ops.lanes, lane, step, start, dur, in_step, how, wait)
+    idle = pl.DataFrame({"device": [device_of(d) for d in extra.idle_devices]},
+                        schema={"device": pl.String})
+    return pl.concat([found, idle.with_columns(events=pl.lit(0, pl.Int64),
+                                               busy_ns=pl.lit(0, pl.Int64),
+                                               wait_ns=pl.lit(0, pl.Int64))],
+                     how="diagonal").select(list(schema.DEVICE_STEP_SCHEMA))

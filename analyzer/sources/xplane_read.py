@@ -115,6 +115,7 @@ class Extra:
     runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     launches: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     rendezvous: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    idle_devices: list[str] = field(default_factory=list)  # device planes with no event
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
