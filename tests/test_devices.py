@@ -221,3 +221,72 @@ def test_no_share_of_a_step_above_100_percent_from_summing_devices():
 
     found = [v for f in doc["findings"] for v in shares(f) if isinstance(v, float)]
     assert found and max(found) <= 1.0
+
+
+TPU = GPU_XPLANE.parent / "openxla__xprof__tpu_inference_2.xplane.pb"
+
+
+@pytest.mark.skipif(not TPU.is_file(), reason="../shared/data/xplane not present")
+def test_tpu_chips_are_their_own_devices_as_xprof_counts_them(tmp_path):
+    """The 4-chip TPU inference profile has no step marker: its one step is the whole
+    profile. Each chip's device step is xprof's total device time of that chip (xprof run
+    on the file with that chip's plane only) within 0.1%; its busy time (the union of its
+    XLA ops) is within 5% of xprof's op time on the chip, which sums ops whose measured
+    time (`device_duration_ps`) overlaps the next op's start (78.8 s against a 75.7 s
+    union on chip 1)."""
+    from xprof.convert import raw_to_tool_data
+    from xprof.protobuf import op_stats_pb2
+
+    space = _space(TPU)
+    one = xplane_pb2.XSpace()
+    one.planes.extend(p for p in space.planes
+                      if not p.name.startswith("/device:TPU:") or p.name == "/device:TPU:1")
+    path = tmp_path / "chip1.xplane.pb"
+    path.write_bytes(one.SerializeToString())
+    raw_to_tool_data.xspace_to_tool_data([str(path)], "framework_op_stats", {})
+    (cached,) = tmp_path.glob("*.op_stats_v2.pb")
+    db = op_stats_pb2.OpStats.FromString(cached.read_bytes()).device_op_metrics_db
+    devices = {d["device"]: d for d in _summary(TPU)["summary"]["devices"]}
+    assert sorted(devices) == [f"/device:tpu:{i}" for i in range(4)]
+    chip = devices["/device:tpu:1"]
+    assert chip["device_step_us"] == pytest.approx(db.total_time_ps / 1e6, rel=0.001)
+    assert chip["busy_us"] == pytest.approx(db.total_op_time_ps / 1e6, rel=0.05)
+    assert chip["busy_us"] < db.total_op_time_ps / 1e6
+
+
+def test_device_work_belongs_to_the_step_that_launched_it(tmp_path):
+    """Steps dispatched ahead (pmap over 4 CPU devices, sync=False, captured now): a
+    step's thunks run while later steps' markers are open. Each XLA run is launched by
+    its `Execute` on the host (the producer of its run_id), inside its step's marker;
+    each thunk is in that step (raw: run_id -> Execute's start -> marker), not in the
+    marker open when the thunk started, which would pile later runs into the last step."""
+    import subprocess
+    import sys
+
+    from runlens.analyzer.analysis.devicesteps import device_steps
+    from runlens.analyzer.load import load_run
+
+    script = FIXTURES.parent / "gen_jax_pmap_devices.py"
+    subprocess.run([sys.executable, str(script), "--dispatch-ahead", str(tmp_path)],
+                   check=True, capture_output=True, timeout=300)
+    (path,) = tmp_path.glob("plugins/profile/*/*.xplane.pb")
+    (host,) = [p for p in _space(path).planes if p.name == "/host:CPU"]
+    events = list(_events(host))
+    markers = sorted((s, st["step_num"]) for _, n, s, _, st, _ in events if n == "train")
+    launch = {st["run_id"]: s for _, _, s, _, st, _ in events
+              if "run_id" in st and st.get("_p") == st["run_id"]}
+
+    def step_at(t: int) -> int:
+        return [n for b, n in markers if b <= t][-1]
+
+    want: dict = defaultdict(int)
+    late = 0
+    for _, _, s, _, st, _ in events:
+        if "hlo_op" in st and st.get("run_id") in launch:
+            step = step_at(launch[st["run_id"]])
+            want[(st["device_ordinal"], step)] += 1
+            late += step_at(s) != step  # a time window would put it elsewhere
+    assert late > 0 and len({k[1] for k in want}) == 4
+    got = device_steps(load_run(tmp_path)).filter(pl.col("work"))
+    assert {(int(r["device"][-1]), r["step"]): r["events"]
+            for r in got.iter_rows(named=True)} == dict(want)

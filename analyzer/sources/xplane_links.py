@@ -9,8 +9,11 @@ consumer contexts (`_p`/`_pt` -> `_c`/`_ct`), an XLA run's `run_id` and a kernel
 launched the work. An XLA thunk's run (`run_id`) starts with its `Execute` on the host,
 inside the step's marker; a GPU event's `correlation_id` names its launch on the host.
 The step of a device event is then the step of its launch, not of its own start (async
-dispatch runs a step's work while the next step's marker is open). Column operations: the
-first start of each run or correlation id, looked up by a sorted search.
+dispatch runs a step's work while the next step's marker is open). Where no host event
+launched an event (a single-device jit on XLA CPU records no `Execute` producer), its
+step is the marker open when it started (a time window: the last resort, said by
+`how` = "window"). Column operations: the first start of each run or correlation id,
+looked up by a sorted search.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from .xplane_wire import ABSENT, OTHER
 
-HOST_STATS = ("device_ordinal", "run_id", "correlation_id")
+HOST_STATS = ("device_ordinal", "run_id", "correlation_id", "_p")
 RENDEZVOUS = "Rendezvous"  # XLA CPU: a replica waiting for its peers in a collective
 
 
@@ -42,12 +45,17 @@ def int_stat(plane: Any, line: Any, name: str, index: np.ndarray) -> np.ndarray:
 
 def collect(plane: Any, line: Any, thread: np.ndarray, extra: Any, waits: np.ndarray
             ) -> None:
-    """The run and correlation ids of a batch of host lines' events, with their starts,
-    and its Rendezvous events."""
+    """The launches of a batch of host lines' events, with their starts, and its
+    Rendezvous events. An XLA run is launched by the host event that produces it (its
+    `_p` is the run's `run_id`: PjRt's `Execute`, EventForest's producer); the thunks of
+    the run carry its run_id too, but they are its work, not its launch. A kernel launch
+    carries the kernel's `correlation_id`."""
     everything = np.arange(len(line.mid))
-    for name, into in (("run_id", extra.runs), ("correlation_id", extra.launches)):
-        ids = int_stat(plane, line, name, everything)
-        has = ids != ABSENT
+    runs = int_stat(plane, line, "run_id", everything)
+    produced = (runs != ABSENT) & (int_stat(plane, line, "_p", everything) == runs)
+    corr = int_stat(plane, line, "correlation_id", everything)
+    for ids, has, into in ((runs, produced, extra.runs),
+                           (corr, corr != ABSENT, extra.launches)):
         if has.any():
             into.append((ids[has], line.start_ps[has]))
     if len(waits):
