@@ -23,7 +23,10 @@ class AcceleratorUtilization(Checker):
     host had not launched the step's work yet: Python, dispatch, input), between device
     events (launch gaps, host syncs inside the step), after the last one (the host ends
     the step later: sync, logging). Also the idle share within the device's own span of
-    the step (first to last device event), which is how xprof counts a GPU step.
+    the step (first to last device event), which is how xprof counts a GPU step. Each
+    device is measured on its own: where its work in a step lies wholly outside the step's
+    span (another device's: two GPUs of one job 650 ms apart), in its own span; a device
+    with no work in a step has no finding for it ("no work in this step" in summary).
 
     Why: an idle GPU is paid for and wasted; low utilization means the device waits for
     the host. Where the idle time sits says which fix helps. What tfprof's

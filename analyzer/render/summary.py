@@ -36,7 +36,8 @@ def summary_text(s: dict) -> str:
         lines.append(
             f"device     median {fmt_us(dev['median'])}  mean {fmt_us(dev['mean'])}  "
             f"p90 {fmt_us(dev['p90'])}  min {fmt_us(dev['min'])}  max {fmt_us(dev['max'])}"
-            "  (device step: first to last device event of the step, as xprof's step db)")
+            "  (device step: first to last event of the step's work on the device whose "
+            "work spans longest, as xprof's step db; each device's own: devices above)")
     if note := s.get("attribution_note"):
         lines.append(f"ops        {note}")
     for item in s.get("left_out", []):
