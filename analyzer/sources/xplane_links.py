@@ -28,6 +28,11 @@ HOST_STATS = ("device_ordinal", "run_id", "correlation_id", "_p")
 RENDEZVOUS = "Rendezvous"  # XLA CPU: a replica waiting for its peers in a collective
 
 
+def launches_on(plane: Any) -> bool:
+    """Whether a host plane's events may launch device work (it has their stats)."""
+    return "run_id" in plane.stat_ids or "correlation_id" in plane.stat_ids
+
+
 def rendezvous_ids(plane: Any) -> np.ndarray:
     """The event metadata ids named `Rendezvous`."""
     return np.array(sorted(k for k, m in plane.meta.event_metadata.items()

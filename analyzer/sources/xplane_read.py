@@ -274,8 +274,9 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                      *xplane_links.HOST_STATS)
     waits = xplane_links.rendezvous_ids(plane)
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
-    # hlo_op stat: then all).
-    keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
+    # hlo_op stat, launches carry a run_id or correlation_id: then all).
+    every = hlo_stat is not None or xplane_links.launches_on(plane)
+    keep = None if every else {i for i, k in kinds.items() if k[0] != _OTHER}
     # Lines in batches (xplane_wire.Lines: their events as one set of columns); an
     # event's thread is its line's number in the plane.
     for line in plane.batches(wanted, jobs, keep):
