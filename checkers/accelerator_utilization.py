@@ -62,8 +62,13 @@ class AcceleratorUtilization(Checker):
         blocks = merged_busy(iv, by)
         first_kernel = iv.filter(~pl.col("copy")).group_by(by).agg(
             first_kernel_ns=pl.col("start_ns").min())
-        per_step = _placement(blocks, _windows(a), first_kernel, by)
-        holes = gaps(blocks, by)
+        windows = _windows(a)
+        per_step = _placement(blocks, windows, first_kernel, by)
+        # Gaps inside each device's window only (not between its step's work and copies
+        # of no step that a grouped profile leaves out: 368 ms on BERT's gpu:6).
+        inside = blocks.join(windows.select(*by, w0="start_ns", w1="end_ns"), on=by).filter(
+            (pl.col("end_ns") > pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))
+        holes = gaps(inside.drop("w0", "w1"), by)
         for r in _totals(per_step).sort("worker", "device").iter_rows(named=True):
             idle = r["idle_ns"] / r["span_ns"] if r["span_ns"] else 0.0
             if idle < IDLE_INFO:
