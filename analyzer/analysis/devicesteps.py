@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .. import products
 from ..model import Run
 from .steps import step_times
 
@@ -65,6 +66,11 @@ def device_work(run: Run) -> pl.DataFrame:
 
 
 def device_steps(run: Run) -> pl.DataFrame:
+    """device_steps_of(run), memoised on the run (summary, RL102 and the report read it)."""
+    return products.memoised(run, ("device_steps",), lambda: device_steps_of(run))
+
+
+def device_steps_of(run: Run) -> pl.DataFrame:
     """One row per (worker, device, step) for every device of a worker and every step of
     it: device_step_ns (span of the device's work in the step), busy_ns, idle_share
     (1 - busy/span), events, wait_ns (its collectives' wait for peers, where the input
