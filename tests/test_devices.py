@@ -294,3 +294,36 @@ def test_device_work_belongs_to_the_step_that_launched_it(tmp_path):
     got = device_steps(load_run(tmp_path)).filter(pl.col("work"))
     assert {(int(r["device"][-1]), r["step"]): r["events"]
             for r in got.iter_rows(named=True)} == dict(want)
+
+
+def test_two_workers_are_two_sets_of_devices(tmp_path):
+    """Two workers (copies of one TF1 run dir): summary has one entry per (worker,
+    device), each with the single run's numbers (not summed over the workers); a view
+    over both says "summed over 2 workers" in its rows, --worker cuts it to one, whose
+    numbers are the single run's."""
+    import shutil
+
+    single = tmp_path / "single"
+    shutil.copytree(FIXTURES / "mlp", single)
+    parent = tmp_path / "exp"
+    for worker in ("worker-0", "worker-1"):
+        shutil.copytree(single, parent / worker)
+        manifest = json.loads((parent / worker / "manifest.json").read_text())
+        manifest["task"] = None
+        (parent / worker / "manifest.json").write_text(json.dumps(manifest))
+    one = {d["device"]: d for d in _summary(single)["summary"]["devices"]}
+    both = _summary(parent)["summary"]["devices"]
+    assert sorted((d["worker"], d["device"]) for d in both) == sorted(
+        (w, dev) for w in ("worker-0", "worker-1") for dev in one)
+    for d in both:
+        mine = one[d["device"]]
+        for k in ("node_stats", "nodes", "device_step_us", "busy_us", "idle_share"):
+            assert d[k] == mine[k]
+    ops = _json(["ops", str(parent), "--format", "json"])
+    assert ops["workers"] == ["worker-0", "worker-1"]
+    assert {r["worker"] for r in ops["rows"]} == {"summed over 2 workers"}
+    cut = _json(["ops", str(parent), "--worker", "worker-1", "--format", "json"])
+    alone = _json(["ops", str(single), "--format", "json"])
+    assert {r["worker"] for r in cut["rows"]} == {"worker-1"}
+    assert [(r["name"], r["micros"]) for r in cut["rows"]] == [
+        (r["name"], r["micros"]) for r in alone["rows"]]
