@@ -26,8 +26,11 @@ class ExpensiveOps(Checker):
     Why: optimization starts with the few things that take most of the time. Scopes are
     ranked by total time (everything under them), not by their own time, so a layer's
     cost shows as one number; a code line is the innermost frame of the user's code
-    (not TensorFlow's) and counts its ops' gradients too. How to fix: look at the top
-    entries first; the other checkers say what is wrong with them.
+    (not TensorFlow's) and counts its ops' gradients too. Op time summed over several
+    devices or workers is not one device's step: when it exceeds the step, shares of the
+    step are of their N steps together, and the finding says "summed over N devices".
+    How to fix: look at the top entries first; the other checkers say what is wrong with
+    them.
     """
 
     code = "RL101"
@@ -59,17 +62,30 @@ class ExpensiveOps(Checker):
         graph_note = f" (graph op type {', '.join(graph_types)})" if graph_types else ""
         step_us = a.mean_step_us
         parallel = ""
-        if step_us and total_us > step_us:
+        devices = _devices(a)
+        if step_us and total_us > step_us and len(devices) > 1:
+            # Op time summed over several devices (or workers) is not one device's step:
+            # its shares are of their steps together.
+            scale = len(devices)
+            parallel = (f"; op time per step ({fmt_us(total_us)}) is summed over "
+                        f"{scale} devices ({', '.join(devices)}), so shares of the step are "
+                        f"of their {scale} steps together ({fmt_us(scale * step_us)})")
+        elif step_us and total_us > step_us:
+            scale = 1
             parallel = (f"; op time per step ({fmt_us(total_us)}) exceeds the step "
                         f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
                         "step add up to more than 100%")
+        else:
+            scale = 1
         evidence = {
-            "kernels": [{**_row(r, total_us, a, "kernel"), "op_types": r["op_types"]}
+            "kernels": [{**_row(r, total_us, a, "kernel", scale), "op_types": r["op_types"]}
                         for r in kernels.iter_rows(named=True)],
-            "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
-            "code_lines": [_row(r, total_us, a, "code") for r in lines],
+            "scopes": [_row(r, total_us, a, "scope", scale)
+                       for r in scopes.iter_rows(named=True)],
+            "code_lines": [_row(r, total_us, a, "code", scale) for r in lines],
             "op_time_us_per_step": total_us,
             "step_time_us": round(step_us, 1),
+            **({"summed_over_devices": scale} if scale > 1 else {}),
         }
         yield self.finding(
             f"{top['kernel']}{graph_note} takes {pct(top['micros'] / total_us)} of op time "
@@ -81,14 +97,24 @@ class ExpensiveOps(Checker):
             suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
                        "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
                        "the other findings say why they are slow.",
-            impact=a.per_step(top["micros"]),
+            impact=a.per_step(top["micros"]) / scale,
         )
 
 
-def _row(r: dict, total_us: float, a: Analysis, key: str) -> dict:
+def _row(r: dict, total_us: float, a: Analysis, key: str, scale: int = 1) -> dict:
     return {key: r[key], "micros": r["micros"],
             "share_of_op_time": round(r["micros"] / total_us, 4),
-            "share_of_step": round(a.per_step(r["micros"]), 4)}
+            "share_of_step": round(a.per_step(r["micros"]) / scale, 4)}
+
+
+def _devices(a: Analysis) -> list[str]:
+    """The (worker, device) pairs whose executions carry op time (CPU and accelerator
+    lanes, tfprof's), as "device" or "worker device" when there are several workers."""
+    counted = pl.col("lane_kind").is_in(["device", "stream_all"]) & (pl.col("op_end_rel_ns") > 0)
+    pairs = (a.run.nodes_lazy().filter(counted).select("worker", "device").unique()
+             .sort("worker", "device").collect())
+    several = pairs.get_column("worker").n_unique() > 1
+    return [f"{w} {d}" if several else d for w, d in pairs.iter_rows()]
 
 
 def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:

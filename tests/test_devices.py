@@ -109,6 +109,11 @@ def test_bert_no_idle_warning_on_a_gpu_that_computed():
         "/device:gpu:4", "/device:gpu:6"}
     for f in idle:
         assert "100.0%" not in f["message"] and "no kernel ran" not in f["message"]
+    (ops,) = [f for f in doc["findings"] if f["code"] == "RL101"]
+    assert "summed over 4 devices" in ops["message"]  # cpu:0 and the GPUs that ran ops
+    assert ops["evidence"]["summed_over_devices"] == 4
+    assert max(r["share_of_step"] for k in ("kernels", "scopes")
+               for r in ops["evidence"][k]) <= 1.0  # were up to 1.34 against gpu:6's step
     for f in (f for f in idle if f["code"] == "RL102"):  # gaps inside the device's step
         e = f["evidence"]
         assert e["largest_gaps"] and all(
