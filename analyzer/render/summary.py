@@ -88,7 +88,7 @@ def _device_table(devices: list[dict]) -> list[str]:
             continue
         idle = d["idle_share"]
         rows.append((*counts, fmt_us(d["device_step_us"]), fmt_us(d["busy_us"]),
-                     "" if idle is None else f"{idle:.0%}", fmt_us(d["collective_us"]),
+                     _share(idle), fmt_us(d["collective_us"]),
                      fmt_us(d["collective_wait_us"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
@@ -97,3 +97,14 @@ def _device_table(devices: list[dict]) -> list[str]:
                  for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         out.append(("  " + "  ".join(cells)).rstrip())
     return out
+
+
+def _share(x: float | None) -> str:
+    """A share in whole percent, never rounded to 0% or 100% when it is not."""
+    if x is None:
+        return ""
+    if 0.995 <= x < 1:
+        return ">99%"
+    if 0 < x < 0.005:
+        return "<1%"
+    return f"{x:.0%}"
