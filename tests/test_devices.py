@@ -332,3 +332,63 @@ def test_two_workers_are_two_sets_of_devices(tmp_path):
     assert {r["worker"] for r in cut["rows"]} == {"worker-1"}
     assert [(r["name"], r["micros"]) for r in cut["rows"]] == [
         (r["name"], r["micros"]) for r in alone["rows"]]
+
+
+GPU_JAX = FIXTURES.parents[2] / "shared" / "data" / "gpu-jax"
+
+
+def _xprof_groups(path: Path) -> dict[tuple[str, int], int | None]:
+    """xprof's step of every GPU stream event ((device, start ns) -> step_num; None: no
+    group), from its trace viewer JSON: EventForest's group_id, named by the group's
+    `train` marker."""
+    import gzip
+    import shutil
+    import tempfile
+
+    from xprof.convert import raw_to_tool_data
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copy(path, copy)
+        out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "trace_viewer", {})
+    data = out[0] if isinstance(out, tuple) else out
+    if isinstance(data, bytes) and data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    events = json.loads(data)["traceEvents"]
+    meta = {(e["name"], e["pid"], e.get("tid")): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e["name"] in ("process_name", "thread_name")}
+    steps = {e["args"]["group_id"]: int(e["args"]["step_num"]) for e in events
+             if e.get("ph") == "X" and "step_num" in e.get("args", {})
+             and "group_id" in e["args"]}
+    return {(meta[("process_name", e["pid"], None)].lower(), round(e["ts"] * 1000)):
+            steps.get(e["args"].get("group_id", ""))
+            for e in events if e.get("ph") == "X"
+            and meta.get(("thread_name", e["pid"], e["tid"]), "").startswith("Stream #")}
+
+
+@pytest.mark.parametrize("name", ["cnn_a", "xf_input"])
+def test_device_events_are_in_the_steps_xprof_groups_them_in(name: str):
+    """JAX on an H200, no group_id in the files: every GPU event is in the step xprof's
+    EventForest puts it in (its trace viewer's group_id -> the group's `train` marker),
+    cnn_a's 1,560 all. xf_input calls jax.device_put inside each step's marker
+    (capture_jax.py): runlens puts its two input copies per step in that step (their host
+    launch is inside it); xprof puts them in the step before (step 0's in none): those 16
+    are the only difference."""
+    from runlens.analyzer.load import load_run
+
+    folder = GPU_JAX / name
+    if not folder.is_dir():
+        pytest.skip("../shared/data/gpu-jax not present")
+    (path,) = folder.glob("plugins/profile/*/*.xplane.pb")
+    xprof = _xprof_groups(path)
+    ours = load_run(folder).nodes.filter(pl.col("lane_kind") == "stream_all").select(
+        "device", "start_ns", "step", "kernel")
+    assert ours.height == len(xprof)
+    differ = [(r["kernel"], r["step"], xprof[(r["device"], r["start_ns"])])
+              for r in ours.iter_rows(named=True)
+              if xprof[(r["device"], r["start_ns"])] != r["step"]]
+    if name == "cnn_a":
+        assert ours.height == 1560 and differ == []
+    else:
+        assert len(differ) == 16 and {k for k, _, _ in differ} == {"MemcpyH2D"}
+        assert all(x == (s - 1 if s else None) for _, s, x in differ)
