@@ -242,7 +242,7 @@ def test_tpu_chips_are_their_own_devices_as_xprof_counts_them(tmp_path):
     on the file with that chip's plane only) within 0.1%; its busy time (the union of its
     XLA ops) is within 5% of xprof's op time on the chip, which sums ops whose measured
     time (`device_duration_ps`) overlaps the next op's start (78.8 s against a 75.7 s
-    union on chip 1)."""
+    union on chip 1). Its program runs (the "XLA Modules" line) per chip are xprof's."""
     from xprof.convert import raw_to_tool_data
     from xprof.protobuf import op_stats_pb2
 
@@ -261,6 +261,14 @@ def test_tpu_chips_are_their_own_devices_as_xprof_counts_them(tmp_path):
     assert chip["device_step_us"] == pytest.approx(db.total_time_ps / 1e6, rel=0.001)
     assert chip["busy_us"] == pytest.approx(db.total_op_time_ps / 1e6, rel=0.05)
     assert chip["busy_us"] < db.total_op_time_ps / 1e6
+    # Program runs per chip: xprof's "XLA Modules" rows (105, 103, 103, 103).
+    events, meta = _trace_viewer(TPU)
+    runs = defaultdict(int)
+    for e in events:
+        if meta.get(("thread_name", e["pid"], e["tid"])) == "XLA Modules":
+            runs[meta[("process_name", e["pid"], None)].lower()] += 1
+    assert {d: v["modules"] for d, v in devices.items()} == dict(runs)
+    assert runs["/device:tpu:0"] == 105
 
 
 def test_device_work_belongs_to_the_step_that_launched_it(tmp_path):
@@ -337,10 +345,9 @@ def test_two_workers_are_two_sets_of_devices(tmp_path):
 GPU_JAX = FIXTURES.parents[2] / "shared" / "data" / "gpu-jax"
 
 
-def _xprof_groups(path: Path) -> dict[tuple[str, int], int | None]:
-    """xprof's step of every GPU stream event ((device, start ns) -> step_num; None: no
-    group), from its trace viewer JSON: EventForest's group_id, named by the group's
-    `train` marker."""
+def _trace_viewer(path: Path) -> tuple[list[dict], dict]:
+    """xprof's trace viewer events of a file (its EventForest's group_id included) and
+    the names of their processes and threads."""
     import gzip
     import shutil
     import tempfile
@@ -357,13 +364,19 @@ def _xprof_groups(path: Path) -> dict[tuple[str, int], int | None]:
     events = json.loads(data)["traceEvents"]
     meta = {(e["name"], e["pid"], e.get("tid")): e["args"]["name"] for e in events
             if e.get("ph") == "M" and e["name"] in ("process_name", "thread_name")}
+    return [e for e in events if e.get("ph") == "X"], meta
+
+
+def _xprof_groups(path: Path) -> dict[tuple[str, int], int | None]:
+    """xprof's step of every GPU stream event ((device, start ns) -> step_num; None: no
+    group): EventForest's group_id, named by the group's `train` marker."""
+    events, meta = _trace_viewer(path)
     steps = {e["args"]["group_id"]: int(e["args"]["step_num"]) for e in events
-             if e.get("ph") == "X" and "step_num" in e.get("args", {})
-             and "group_id" in e["args"]}
+             if "step_num" in e.get("args", {}) and "group_id" in e["args"]}
     return {(meta[("process_name", e["pid"], None)].lower(), round(e["ts"] * 1000)):
             steps.get(e["args"].get("group_id", ""))
-            for e in events if e.get("ph") == "X"
-            and meta.get(("thread_name", e["pid"], e["tid"]), "").startswith("Stream #")}
+            for e in events
+            if meta.get(("thread_name", e["pid"], e["tid"]), "").startswith("Stream #")}
 
 
 @pytest.mark.parametrize("name", ["cnn_a", "xf_input"])

@@ -71,8 +71,9 @@ def device_table(run: Run, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per (worker, device): node_stats, nodes, and medians over the `steps`
     (worker, step) in which the device worked: device_step_us (span of its work in the
     step), busy_us (union of its op intervals), idle_share (of its own span),
-    collective_us, collective_wait_us; steps_with_work of `steps` (0: "no work in this
-    step": the numbers are null, not an idle share)."""
+    collective_us, collective_wait_us, modules (TPU: program runs per step; null
+    elsewhere); steps_with_work of `steps` (0: "no work in this step": the numbers are
+    null, not an idle share)."""
     by = ["worker", "device"]
     counts = run.nodes.group_by(by).agg(node_stats=pl.len(), nodes=pl.col("node_name").n_unique())
     per_step = (device_steps(run).join(steps, on=["worker", "step"])
@@ -84,10 +85,12 @@ def device_table(run: Run, steps: pl.DataFrame) -> pl.DataFrame:
         busy_us=(pl.col("busy_ns").filter(worked) / 1000).median().round(1),
         idle_share=pl.col("idle_share").filter(worked).median().round(4),
         collective_us=pl.col("collective_us").filter(worked).median().round(1),
-        collective_wait_us=pl.col("collective_wait_us").filter(worked).median().round(1))
+        collective_wait_us=pl.col("collective_wait_us").filter(worked).median().round(1),
+        modules=pl.col("modules").filter(worked).median())
     return (medians.join(counts, on=by, how="left")
             .with_columns(pl.col("steps", "steps_with_work", "node_stats", "nodes")
                           .fill_null(0))
             .select(*by, "node_stats", "nodes", "device_step_us", "busy_us", "idle_share",
-                    "collective_us", "collective_wait_us", "steps_with_work", "steps")
+                    "collective_us", "collective_wait_us", "steps_with_work", "steps",
+                    "modules")
             .sort(by))

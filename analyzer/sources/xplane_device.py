@@ -33,6 +33,7 @@ from .xplane_wire import ABSENT, OTHER, Plane
 
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
 _TPU_OPS = "XLA Ops"
+_TPU_MODULES = "XLA Modules"
 
 
 def _unattributed(kernel: str) -> tuple[str, str]:
@@ -215,6 +216,8 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
     named: dict[int, int] = {}
     device_dur = plane.stat_ids.get("device_duration_ps")
     for line in plane.lines(_wanted(plane, "group_id", "device_duration_ps"), jobs):
+        if line.name == _TPU_MODULES and len(line.mid):  # one event per program run
+            extra.modules.append((device, line.timestamp_ns * 1000 + line.off))
         if line.name != _TPU_OPS or not len(line.mid):
             continue
         n = len(line.mid)

@@ -15,6 +15,7 @@ and no events: the device is shown, with no work in any step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,8 @@ def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np
         .agg(start=pl.col("start").min(), end=pl.col("end").max(), events=pl.len(),
              wait=pl.col("wait").sum(), how=pl.col("how").max())
         .join(blocks, on=by, how="left", nulls_equal=True)
-        .select("device", "step", start_ns=pl.col("start") // 1000,
+        .select("device", "step", modules=pl.lit(None, pl.Int64),
+                start_ns=pl.col("start") // 1000,
                 end_ns=pl.col("end") // 1000, busy_ns=pl.col("busy") // 1000,
                 events="events", wait_ns=pl.col("wait") // 1000,
                 how=pl.col("how").replace_strict({0: "window", 1: "launch", 2: "group"},
@@ -67,7 +69,8 @@ def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np
 
 def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,
               start: np.ndarray, dur: np.ndarray, group: np.ndarray,
-              on_device: np.ndarray, launched: np.ndarray) -> pl.DataFrame:
+              on_device: np.ndarray, launched: np.ndarray,
+              step_at: Callable[[np.ndarray], np.ndarray]) -> pl.DataFrame:
     """The device_steps frame of a file's events: on a profile whose device events
     carry group_ids, the events of the groups that ran device work; else every event, in
     the step of its launch or of its start."""
@@ -78,10 +81,25 @@ def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,
     thread = (np.concatenate(ops.thread).astype(np.int64) if ops.thread
               else np.zeros(0, np.int64))
     wait = xplane_links.rendezvous_wait(extra, thread, start, dur, ~on_device)
-    found = device_steps(ops.lanes, lane, step, start, dur, in_step, how, wait)
+    found = _with_modules(device_steps(ops.lanes, lane, step, start, dur, in_step, how,
+                                       wait), extra.modules, step_at)
     idle = pl.DataFrame({"device": [device_of(d) for d in extra.idle_devices]},
                         schema={"device": pl.String})
     return pl.concat([found, idle.with_columns(events=pl.lit(0, pl.Int64),
                                                busy_ns=pl.lit(0, pl.Int64),
                                                wait_ns=pl.lit(0, pl.Int64))],
                      how="diagonal").select(list(schema.DEVICE_STEP_SCHEMA))
+
+
+def _with_modules(found: pl.DataFrame, modules: list[tuple[str, np.ndarray]],
+                  step_at: Callable[[np.ndarray], np.ndarray]) -> pl.DataFrame:
+    """`found` with the program runs of each TPU (device, step): its "XLA Modules"
+    events, each in the step `step_at` its start."""
+    if not modules:
+        return found
+    runs = pl.concat([pl.DataFrame({"device": device_of(d), "step": step_at(t)},
+                                   schema={"device": pl.String, "step": pl.Int64})
+                      for d, t in modules])
+    counts = runs.group_by("device", "step").agg(runs=pl.len().cast(pl.Int64))
+    return (found.join(counts, on=["device", "step"], how="left")
+            .with_columns(modules=pl.col("runs")).drop("runs"))

@@ -116,6 +116,8 @@ class Extra:
     launches: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     rendezvous: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     idle_devices: list[str] = field(default_factory=list)  # device planes with no event
+    # TPU planes' program runs (the "XLA Modules" line): (device, start_ps of each run).
+    modules: list[tuple[str, np.ndarray]] = field(default_factory=list)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
@@ -368,9 +370,8 @@ def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
       device where that is longest. Host work of other groups (the profiler groups every
       traced function call, not only steps) goes to the step begun last before it.
     - else, with `train` markers: the markers' steps (step_num), each execution in the
-      step begun last before the host work that launched it (`launched`, xplane_links:
-      its XLA run's or kernel launch's start), else before its own start; a step's span
-      is its marker's. Host-only group_ids
+      step begun last before its launch (`launched`, xplane_links), else before its own
+      start; a step's span is its marker's. Host-only group_ids
       (xprof's grouping of a CPU profile, as in the trace viewer's JSON of it) do not
       change that: xprof's step db counts the markers' steps there too.
     - group_ids on the host only and no markers: the groups, spanned by their executions
@@ -455,8 +456,9 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
     )).select(list(schema.NODE_SCHEMA))[order]
     threads = _threads(ops, step, lane, thread)
-    device_steps = xplane_devsteps.of_events(ops, extra, lane, step, start, dur, group,
-                                             on_device, launched)
+    device_steps = xplane_devsteps.of_events(
+        ops, extra, lane, step, start, dur, group, on_device, launched,
+        lambda t: assign_steps(t, np.full(len(t), -1, np.int64), extra.markers))
     mem = extra.memory
     alloc_t = _cat([m[0] for m in mem], np.int64)
     allocations = pl.DataFrame({
