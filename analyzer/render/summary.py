@@ -8,8 +8,8 @@ from ..readfile import shown
 from ..units import fmt_us, lacks_by_reason
 
 # 2: summary.devices[] is one entry per (worker, device) (was per device, workers pooled)
-# with device_step_us, busy_us, idle_share, collective_us, collective_wait_us,
-# steps_with_work and steps besides node_stats and nodes.
+# with device_step_us, busy_us, idle_share, collective_us, collective_wait_us, modules,
+# steps_with_work and steps besides node_stats and nodes (docs/xplane.md "Devices").
 SCHEMA = 2
 
 
