@@ -102,4 +102,5 @@ def _with_modules(found: pl.DataFrame, modules: list[tuple[str, np.ndarray]],
                       for d, t in modules])
     counts = runs.group_by("device", "step").agg(runs=pl.len().cast(pl.Int64))
     return (found.join(counts, on=["device", "step"], how="left")
-            .with_columns(modules=pl.col("runs")).drop("runs"))
+            .with_columns(modules=pl.col("runs")).drop("runs")
+            .sort("device", "step", nulls_last=True))
