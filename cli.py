@@ -245,7 +245,7 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     from .analyzer.units import lacks_by_reason
 
     kw["select"] = tuple(s.strip() for s in kw["select"].split(",") if s.strip())
-    for key in [k for k in kw if k.endswith("_regexes")]:
+    for key in [k for k in kw if k.endswith("_regexes") or k in ("device", "worker")]:
         kw[key] = tuple(kw[key])
     steps = choice()
     options = ViewOptions.from_flags(kw.pop("tfprof_rows"), include_warmup=steps.include_warmup,

@@ -155,6 +155,7 @@ class Run:
     timing = _Frame()
     hlo_work = _Frame()
     device_facts = _Frame()
+    device_steps = _Frame()
 
     def __init__(self, frames: Mapping[str, FrameSource], paths: Iterable[Path] = (),
                  warnings: list[str] | None = None,

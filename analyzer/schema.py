@@ -128,6 +128,17 @@ HLO_WORK_SCHEMA: Schema = {"name": pl.String, "execs": pl.Int64, "out_bytes": pl
 DEVICE_SCHEMA: Schema = {"device": pl.String, "name": pl.String, "clock_khz": pl.Int64,
                          "cores": pl.Int64, "memory_bandwidth": pl.Float64,
                          "compute_cap_major": pl.Int64, "compute_cap_minor": pl.Int64}
+# Each device's part of each step (analyzer/sources/xplane_devsteps.py): the span of its
+# work in the step, its busy time (union of its events), events, the wait of its XLA CPU
+# collectives for peers (Rendezvous), how its events were placed ("group": group_id,
+# "launch": the host work that launched them, "window": the step marker open at their
+# start), `modules` the XLA program runs that started in the step (TPU planes' "XLA
+# Modules" line; null elsewhere). A null step: work outside every step (events of no group
+# on a grouped profile).
+# Only XSpace profiles give it; analysis.devicesteps derives it from executions otherwise.
+DEVICE_STEP_SCHEMA: Schema = {"device": pl.String, "step": pl.Int64, "start_ns": pl.Int64,
+                              "end_ns": pl.Int64, "busy_ns": pl.Int64, "events": pl.Int64,
+                              "wait_ns": pl.Int64, "how": pl.String, "modules": pl.Int64}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added
 # (sources.raw_frames); executions/keys and output_rows/output_keys are split by key.
@@ -136,12 +147,13 @@ PLAIN_FRAMES: dict[str, Schema] = {
     "graph_nodes": GRAPH_NODE_SCHEMA, "op_log": OP_LOG_SCHEMA, "code": CODE_SCHEMA,
     "step_spans": STEP_SPAN_SCHEMA, "attribution": ATTRIBUTION_SCHEMA, "timing": TIMING_SCHEMA,
     "hlo_work": HLO_WORK_SCHEMA, "device_facts": DEVICE_SCHEMA,
+    "device_steps": DEVICE_STEP_SCHEMA,
 }
 
 # A Run's frames (analyzer.model.Run).
 RUN_FRAMES = ("executions", "keys", "output_rows", "output_keys", "memory", "allocations",
               "threads", "graph_nodes", "op_log", "code", "step_spans", "attribution",
-              "timing", "hlo_work", "device_facts")
+              "timing", "hlo_work", "device_facts", "device_steps")
 # What the cache keeps of a part: the Run's frames and what the input lacks. What is
 # derived from them (per-node numbers, trees...) is kept beside, by analyzer.products.
 CACHED_FRAMES = (*RUN_FRAMES, "lacks")

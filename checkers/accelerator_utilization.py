@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..analyzer.analysis.devicesteps import device_steps
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 from .host_device_copies import is_copy
@@ -22,7 +23,10 @@ class AcceleratorUtilization(Checker):
     host had not launched the step's work yet: Python, dispatch, input), between device
     events (launch gaps, host syncs inside the step), after the last one (the host ends
     the step later: sync, logging). Also the idle share within the device's own span of
-    the step (first to last device event), which is how xprof counts a GPU step.
+    the step (first to last device event), which is how xprof counts a GPU step. Each
+    device is measured on its own: where its work in a step lies wholly outside the step's
+    span (another device's: two GPUs of one job 650 ms apart), in its own span; a device
+    with no work in a step has no finding for it ("no work in this step" in summary).
 
     Why: an idle GPU is paid for and wasted; low utilization means the device waits for
     the host. Where the idle time sits says which fix helps. What tfprof's
@@ -58,9 +62,13 @@ class AcceleratorUtilization(Checker):
         blocks = merged_busy(iv, by)
         first_kernel = iv.filter(~pl.col("copy")).group_by(by).agg(
             first_kernel_ns=pl.col("start_ns").min())
-        spans = a.step_times.select("worker", "step", "start_ns", "end_ns")
-        per_step = _placement(blocks, spans, first_kernel, by)
-        holes = gaps(blocks, by)
+        windows = _windows(a)
+        per_step = _placement(blocks, windows, first_kernel, by)
+        # Gaps inside each device's window only (not between its step's work and copies
+        # of no step that a grouped profile leaves out: 368 ms on BERT's gpu:6).
+        inside = blocks.join(windows.select(*by, w0="start_ns", w1="end_ns"), on=by).filter(
+            (pl.col("end_ns") > pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))
+        holes = gaps(inside.drop("w0", "w1"), by)
         for r in _totals(per_step).sort("worker", "device").iter_rows(named=True):
             idle = r["idle_ns"] / r["span_ns"] if r["span_ns"] else 0.0
             if idle < IDLE_INFO:
@@ -79,6 +87,22 @@ class AcceleratorUtilization(Checker):
             )
 
 
+def _windows(a: Analysis) -> pl.DataFrame:
+    """The window each device's step is measured in, per (worker, device, step) in which
+    the device worked (a device with no work in a step has no row: "no work in this
+    step", never "idle 100%"): the step's span; or, where the device's work in the step
+    lies wholly outside it (the step's span is another device's: two GPUs of one job
+    650 ms apart), the device's own span of the step (`own`)."""
+    steps = a.step_times.select("worker", "step", s0="start_ns", s1="end_ns")
+    work = device_steps(a.run).filter(pl.col("work"))
+    own = (pl.col("end_ns") <= pl.col("s0")) | (pl.col("start_ns") >= pl.col("s1"))
+    return (work.join(steps, on=["worker", "step"])
+            .select("worker", "device", "step", "device_step_ns", own=own,
+                    device_work_ns="busy_ns",
+                    start_ns=pl.when(own).then("start_ns").otherwise("s0"),
+                    end_ns=pl.when(own).then("end_ns").otherwise("s1")))
+
+
 def _within(w0: pl.Expr, w1: pl.Expr) -> pl.Expr:
     """A busy block's time inside the window [w0, w1)."""
     return (pl.min_horizontal("end_ns", w1) - pl.max_horizontal("start_ns", w0)).clip(0)
@@ -94,22 +118,23 @@ def _placement(blocks: pl.DataFrame, spans: pl.DataFrame, first_kernel: pl.DataF
     last = pl.col("end_ns").max()
     return (
         blocks.join(spans.rename({"start_ns": "step_start_ns", "end_ns": "step_end_ns"}),
-                    on=["worker", "step"])
+                    on=by)
         .join(first_kernel, on=by, how="left")
         .with_columns(k0.fill_null(s1))  # a step of copies only: all "before"
         .group_by(by)
         .agg(span_ns=(s1 - s0).first(), busy_ns=_within(s0, s1).sum(),
              busy_before_ns=_within(s0, pl.min_horizontal(k0, s1)).sum(),
-             device_busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+             device_busy_ns=pl.col("device_work_ns").first(),
+             device_span_ns=pl.col("device_step_ns").first(),
              first_ns=pl.col("start_ns").min(), last_ns=last,
-             first_kernel_ns=k0.first(), step_start_ns=s0.first(), step_end_ns=s1.first())
+             first_kernel_ns=k0.first(), step_start_ns=s0.first(), step_end_ns=s1.first(),
+             own=pl.col("own").first())
         # Device work can lie outside the step's span (a multi-GPU profile whose step is
         # spanned by another GPU's work): the first kernel and the last event are clipped
         # to the span, so that the parts add up to the span's idle time.
         .with_columns(
             k0_in=pl.col("first_kernel_ns").clip(pl.col("step_start_ns"), pl.col("step_end_ns")),
-            last_in=pl.col("last_ns").clip(pl.col("step_start_ns"), pl.col("step_end_ns")),
-            device_span_ns=pl.col("last_ns") - pl.col("first_ns"))
+            last_in=pl.col("last_ns").clip(pl.col("step_start_ns"), pl.col("step_end_ns")))
         .with_columns(
             kernel_delay_ns=pl.col("k0_in") - pl.col("step_start_ns"),
             after_ns=pl.when(pl.col("k0_in") < pl.col("last_in"))
@@ -131,6 +156,7 @@ def _totals(per_step: pl.DataFrame) -> pl.DataFrame:
         before_ns=pl.col("before_ns").sum(), between_ns=pl.col("between_ns").sum(),
         busy_before_ns=pl.col("busy_before_ns").sum(),
         after_ns=pl.col("after_ns").sum(), device_span_ns=pl.col("device_span_ns").sum(),
+        own=pl.col("own").all(),
         device_busy_ns=pl.col("device_busy_ns").sum(),
     ).with_columns(idle_ns=pl.col("before_ns") + pl.col("between_ns") + pl.col("after_ns"))
 
@@ -141,7 +167,9 @@ def _message(r: dict, idle: float, rows: pl.DataFrame) -> str:
              for k, what in (("before_ns", "before the first kernel"),
                              ("between_ns", "between kernels"),
                              ("after_ns", "after the last"))]
-    text = (f"{r['device']} is idle {pct(idle)} of the step "
+    of = ("of its own step (its work lies outside the step's span, which is another "
+          "device's)" if r["own"] else "of the step")
+    text = (f"{r['device']} is idle {pct(idle)} {of} "
             f"({fmt_us(r['idle_ns'] / steps / 1000)} per step: {', '.join(parts)})")
     if (rows["busy_ns"] == 0).all() or (rows["kernel_delay_ns"] >= rows["span_ns"]).all():
         return text + "; no kernel ran inside the step's span (its device work lies outside)"

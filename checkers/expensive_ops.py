@@ -33,8 +33,11 @@ class ExpensiveOps(Checker):
     Why: optimization starts with the few things that take most of the time. Scopes are
     ranked by total time (everything under them), not by their own time, so a layer's
     cost shows as one number; a code line is the innermost frame of the user's code
-    (not TensorFlow's) and counts its ops' gradients too. How to fix: look at the top
-    entries first; the other checkers say what is wrong with them.
+    (not TensorFlow's) and counts its ops' gradients too. Op time summed over several
+    devices or workers is not one device's step: when it exceeds the step, shares of the
+    step are of their N steps together, and the finding says "summed over N devices".
+    How to fix: look at the top entries first; the other checkers say what is wrong with
+    them.
     """
 
     code = "RL101"
@@ -70,19 +73,31 @@ class ExpensiveOps(Checker):
         workers = a.workers  # op time is summed over workers; each has its own step
         per_worker = total_us / workers
         each = f" a worker (mean over {workers})" if workers > 1 else ""
-        if step_us and per_worker > step_us:
+        devices = _devices(a)  # (worker, device) pairs with op time
+        scale = workers  # shares of one worker's step
+        if step_us and per_worker > step_us and len(devices) > workers:
+            # Op time summed over several devices of a worker is not one device's step:
+            # its shares are of their steps together.
+            scale = len(devices)
+            parallel = (f"; op time per step{each} ({fmt_us(per_worker)}) is summed over "
+                        f"{scale} devices ({', '.join(devices)}), so shares of the step are "
+                        f"of their {scale} steps together ({fmt_us(scale / workers * step_us)}"
+                        f"{' a worker' if workers > 1 else ''})")
+        elif step_us and per_worker > step_us:
             parallel = (f"; op time per step{each} ({fmt_us(per_worker)}) exceeds the step "
                         f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
                         "step add up to more than 100%")
         evidence = {
-            "kernels": [{**_row(r, total_us, a, "kernel"), "op_types": r["op_types"]}
+            "kernels": [{**_row(r, total_us, a, "kernel", scale), "op_types": r["op_types"]}
                         for r in kernels.iter_rows(named=True)],
-            "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
-            "code_lines": [_row(r, total_us, a, "code") for r in lines],
+            "scopes": [_row(r, total_us, a, "scope", scale)
+                       for r in scopes.iter_rows(named=True)],
+            "code_lines": [_row(r, total_us, a, "code", scale) for r in lines],
             "op_time_us_per_step": total_us,
             "op_time_us_per_worker_step": round(per_worker, 1),
             "workers": workers,
             "step_time_us": round(step_us, 1),
+            **({"summed_over_devices": scale} if scale > workers else {}),
         }
         yield self.finding(
             f"{top['kernel']}{graph_note} takes {pct(top['micros'] / total_us)} of op time "
@@ -94,14 +109,24 @@ class ExpensiveOps(Checker):
             suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
                        "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
                        "the other findings say why they are slow.",
-            impact=a.per_worker_step(top["micros"]),
+            impact=a.per_step(top["micros"]) / scale,
         )
 
 
-def _row(r: dict, total_us: float, a: Analysis, key: str) -> dict:
+def _row(r: dict, total_us: float, a: Analysis, key: str, scale: int = 1) -> dict:
     return {key: r[key], "micros": r["micros"],
             "share_of_op_time": round(r["micros"] / total_us, 4),
-            "share_of_step": round(a.per_worker_step(r["micros"]), 4)}
+            "share_of_step": round(a.per_step(r["micros"]) / scale, 4)}
+
+
+def _devices(a: Analysis) -> list[str]:
+    """The (worker, device) pairs whose executions carry op time (CPU and accelerator
+    lanes, tfprof's), as "device" or "worker device" when there are several workers."""
+    counted = pl.col("lane_kind").is_in(["device", "stream_all"]) & (pl.col("op_end_rel_ns") > 0)
+    pairs = (a.run.nodes_lazy().filter(counted).select("worker", "device").unique()
+             .sort("worker", "device").collect())
+    several = pairs.get_column("worker").n_unique() > 1
+    return [f"{w} {d}" if several else d for w, d in pairs.iter_rows()]
 
 
 def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:

@@ -148,7 +148,10 @@ class SlowWorker(Checker):
         cause, key, excess = _cause(c, op, op_excess)
         if excess < EXPLAINED * wait_us:
             return None  # nothing of its own makes it slow: jitter, not a slow worker
-        who = worker if per["device"].n_unique() == 1 else f"{worker} {device}"
+        # the device is named where a worker has several (one per worker: its own name)
+        several = per.group_by("worker").agg(pl.col("device").n_unique()).get_column(
+            "device").max()
+        who = worker if several == 1 else f"{worker} {device}"
         return self.finding(
             f"{who} reached the collectives last in {count} of {n_steps} steps; the others "
             f"waited {fmt_us(wait_us)} a step for it ({pct(share)} of their step): {cause}",

@@ -235,8 +235,12 @@ def test_summary_text_and_json(captured_dir):
     text = run_cli(["summary", fixture_dir, "--no-cache"]).output
     assert "step time" in text and "node stats" in text
     data = json.loads(run_cli(["summary", fixture_dir, "--no-cache", "--format", "json"]).output)
-    assert data["schema"] == 1
+    assert data["schema"] == 2  # 2: devices[] per (worker, device) with its own step
     s = data["summary"]
+    assert sum(d["node_stats"] for d in s["devices"]) == s["node_stats"]
+    for d in s["devices"]:  # a TF1 run dir: each device's span is within its steps'
+        assert d["worker"] in s["workers"] and d["steps_with_work"] <= d["steps"]
+        assert d["busy_us"] <= d["device_step_us"] and 0 <= d["idle_share"] <= 1
     # statistics over the steps left after warm-up and outliers (named in left_out)
     assert s["step_time_us"]["count"] == len(s["steps"]) - len(s["left_out"]) >= 5
     assert s["node_stats"] == sum(r["node_stats"] for r in s["per_step"])

@@ -11,6 +11,8 @@ import polars as pl
 from ..model import Run
 from . import collectives
 from .attribution import attribution_note, attribution_shares
+from .collectives import per_device_step
+from .devicesteps import device_steps
 from .loops import loops
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
@@ -50,11 +52,7 @@ def summary(run: Run, choice: Any = None) -> dict:
         extra["attribution"] = attribution_shares(run)
         extra["attribution_note"] = attribution_note(run)
 
-    per_device = (
-        run.nodes.group_by("device")
-        .agg(node_stats=pl.len(), nodes=pl.col("node_name").n_unique())
-        .sort("device")
-    )
+    per_device = device_table(run, analysed.select("worker", "step"))
     return {
         "paths": [str(p) for p in run.paths],
         "workers": run.workers,
@@ -74,3 +72,35 @@ def summary(run: Run, choice: Any = None) -> dict:
         "warnings": run.warnings,
         "lacks": run.lacks,
     }
+
+
+def device_table(run: Run, steps: pl.DataFrame) -> pl.DataFrame:
+    """One row per (worker, device): node_stats, nodes, and medians over the `steps`
+    (worker, step) in which the device worked: device_step_us (span of its work in the
+    step), busy_us (union of its op intervals), idle_share (of its own span),
+    collective_us, collective_wait_us, modules (TPU: program runs per step; null
+    elsewhere); steps_with_work of `steps` (0: "no work in this step": the numbers are
+    null, not an idle share)."""
+    by = ["worker", "device"]
+    counts = run.nodes.group_by(by).agg(node_stats=pl.len(), nodes=pl.col("node_name").n_unique())
+    # a device with no collective in a step spent 0 in them (per_device_step lists the
+    # (worker, device, step) that ran one)
+    per_step = (device_steps(run).join(steps, on=["worker", "step"])
+                .join(per_device_step(run), on=[*by, "step"], how="left")
+                .with_columns(pl.col("collective_us", "collective_wait_us").fill_null(0.0)))
+    worked = pl.col("work")
+    medians = per_step.group_by(by).agg(
+        steps=pl.len(), steps_with_work=worked.sum(),
+        device_step_us=(pl.col("device_step_ns").filter(worked) / 1000).median().round(1),
+        busy_us=(pl.col("busy_ns").filter(worked) / 1000).median().round(1),
+        idle_share=pl.col("idle_share").filter(worked).median().round(4),
+        collective_us=pl.col("collective_us").filter(worked).median().round(1),
+        collective_wait_us=pl.col("collective_wait_us").filter(worked).median().round(1),
+        modules=pl.col("modules").filter(worked).median())
+    return (medians.join(counts, on=by, how="left")
+            .with_columns(pl.col("steps", "steps_with_work", "node_stats", "nodes")
+                          .fill_null(0))
+            .select(*by, "node_stats", "nodes", "device_step_us", "busy_us", "idle_share",
+                    "collective_us", "collective_wait_us", "steps_with_work", "steps",
+                    "modules")
+            .sort(by))

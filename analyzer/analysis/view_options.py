@@ -85,6 +85,10 @@ class ViewOptions:
     include_warmup: bool = False
     first_step: int | None = None
     last_step: int | None = None
+    # The devices and workers a view covers (full-match regexes; empty: all): the run is
+    # cut to their executions (analyzer.analysis.devicecut).
+    device: tuple[str, ...] = ()
+    worker: tuple[str, ...] = ()
 
     @classmethod
     def tfprof(cls, **options: Any) -> ViewOptions:
@@ -115,7 +119,7 @@ class ViewOptions:
         if self.max_depth < 0:
             raise ViewOptionError("max_depth must be >= 0")
         for name in ("account_type_regexes", "start_name_regexes", "trim_name_regexes",
-                     "show_name_regexes", "hide_name_regexes"):
+                     "show_name_regexes", "hide_name_regexes", "device", "worker"):
             for rx in getattr(self, name):
                 reason = _regex_error(rx)
                 if reason:
@@ -163,6 +167,10 @@ FLAGS = [
     Flag("zero_rows", "Also show rows whose numbers are all zero."),
     Flag("op_types", "Group and account nodes by the kernel that ran (fused kernels such as "
          "_FusedConv2D) or by the graph's op type (tfprof).", choices=OP_TYPES),
+    Flag("device", "Show these devices only (e.g. '/device:gpu:4', '/device:cpu:[1-3]'): "
+         "each device is its own; a row over several says so (JSON: its `device`)." + _REGEX),
+    Flag("worker", "Show these workers only (a worker: a profile's file or run dir)."
+         + _REGEX),
     Flag("step", "Global step to show; -1 averages over the traced steps (but warm-up and "
          "outliers, unless --include-warmup)."),
     Flag("order_by", "Sort rows (siblings in trees) by this, largest first.",

@@ -12,13 +12,14 @@ every option and where we differ from tfprof on purpose.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
 from .. import products
 from ..model import Run, kernel_label_expr
+from . import devicecut
 from .codepaths import code_paths, qualified_names, with_qualnames
 from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
 from .nodestats import METRICS, node_stats
@@ -52,6 +53,8 @@ class View:
     root: dict[str, int]
     options: ViewOptions
     notes: list[str] = field(default_factory=list)
+    # The workers and devices whose executions the view covers (devicecut.covered).
+    where: dict[str, list[str]] = field(default_factory=dict)
 
     def tree(self) -> list[dict[str, Any]]:
         """Rows nested by parent, each with `children`, in display order."""
@@ -116,8 +119,10 @@ def _root_totals(df: pl.DataFrame) -> dict[str, int]:
 
 
 def chosen_run(run: Run, opts: ViewOptions) -> Run:
-    """The run a view reads: at step -1, its steps that analyzer.analysis.stepselect keeps (one
-    given step is shown whatever it is)."""
+    """The run a view reads: the devices and workers it covers (--device, --worker), at
+    step -1 their steps that analyzer.analysis.stepselect keeps (one given step is shown
+    whatever it is)."""
+    run = devicecut.only(run, opts.device, opts.worker)
     if opts.step >= 0:
         return run
     return analysed(run, StepChoice(opts.include_warmup, opts.first_step, opts.last_step))
@@ -451,7 +456,22 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
     return View("graph", rows, root, opts)
 
 
-VIEWS = {"ops": op_view, "scopes": scope_view, "graph": graph_view, "code": code_view}
+def _covering(make: Any) -> Any:
+    """A view function whose View says the workers and devices it covers."""
+    def view(run: Run, opts: ViewOptions) -> View:
+        made = make(run, opts)
+        where = devicecut.covered(chosen_run(run, opts))
+        if len(where["devices"]) > 1 or len(where["workers"]) > 1:
+            made.notes.append(
+                f"rows cover {len(where['workers'])} worker(s) and {len(where['devices'])} "
+                "devices; a node counts on the first device it ran on (--device, --worker "
+                "show one)")
+        return replace(made, where=where)
+    return view
+
+
+VIEWS = {k: _covering(f) for k, f in
+         {"ops": op_view, "scopes": scope_view, "graph": graph_view, "code": code_view}.items()}
 # What a view cannot do without (names of Run.lacks): on a run that lacks it, the view is
 # skipped with the reason instead of showing an empty tree.
 VIEW_NEEDS: dict[str, frozenset[str]] = {"code": frozenset({"code"})}

@@ -22,6 +22,7 @@ from ..rundir import RunDir
 from ..schema import (
     ATTRIBUTION_SCHEMA,
     DEVICE_SCHEMA,
+    DEVICE_STEP_SCHEMA,
     GRAPH_NODE_SCHEMA,
     HLO_WORK_SCHEMA,
     STEP_SPAN_SCHEMA,
@@ -205,6 +206,7 @@ def read_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: boo
         "timing": pl.DataFrame(schema=TIMING_SCHEMA),
         "hlo_work": pl.DataFrame(schema=HLO_WORK_SCHEMA),
         "device_facts": pl.DataFrame(schema=DEVICE_SCHEMA),
+        "device_steps": pl.DataFrame(schema=DEVICE_STEP_SCHEMA),
     }
     frames = {k: v.with_columns(worker) for k, v in out.items()}
     # Executions and outputs are identified by key; the worker is a column of the keys.

@@ -7,7 +7,10 @@ import json
 from ..readfile import shown
 from ..units import fmt_us, lacks_by_reason
 
-SCHEMA = 1
+# 2: summary.devices[] is one entry per (worker, device) (was per device, workers pooled)
+# with device_step_us, busy_us, idle_share, collective_us, collective_wait_us, modules,
+# steps_with_work and steps besides node_stats and nodes (docs/xplane.md "Devices").
+SCHEMA = 2
 
 
 def summary_text(s: dict) -> str:
@@ -18,10 +21,10 @@ def summary_text(s: dict) -> str:
         f"steps      {len(s['steps'])} ({_ranges(s['steps'])})",
         f"node stats {s['node_stats']:,} ({s['distinct_nodes']:,} distinct nodes, "
         f"{s['op_types']} op types)",
-        "devices",
+        "devices    (each its own: medians over the steps it worked in; device step: "
+        "first to last event of its work in the step)",
+        *_device_table(s["devices"]),
     ]
-    for d in s["devices"]:
-        lines.append(f"  {d['device']}  {d['node_stats']:,} node stats, {d['nodes']:,} nodes")
     lines.append(
         f"step time  median {fmt_us(t['median'])}  mean {fmt_us(t['mean'])}  "
         f"p90 {fmt_us(t['p90'])}  min {fmt_us(t['min'])}  max {fmt_us(t['max'])}  "
@@ -33,7 +36,8 @@ def summary_text(s: dict) -> str:
         lines.append(
             f"device     median {fmt_us(dev['median'])}  mean {fmt_us(dev['mean'])}  "
             f"p90 {fmt_us(dev['p90'])}  min {fmt_us(dev['min'])}  max {fmt_us(dev['max'])}"
-            "  (device step: first to last device event of the step, as xprof's step db)")
+            "  (device step: first to last event of the step's work on the device whose "
+            "work spans longest, as xprof's step db; each device's own: devices above)")
     if comm := s.get("collectives"):
         kinds = ", ".join(f"{k} {fmt_us(v)}" for k, v in comm["by_kind_us"].items())
         over = comm["summed_over_devices"]
@@ -86,3 +90,37 @@ def _ranges(steps: list[int]) -> str:
 
 def summary_json(s: dict) -> str:
     return json.dumps({"schema": SCHEMA, "summary": s}, indent=1) + "\n"
+
+
+def _device_table(devices: list[dict]) -> list[str]:
+    """The (worker, device) table: a device that worked in none of the steps says so."""
+    rows = [("worker", "device", "node stats", "nodes", "device step", "busy", "idle",
+             "collectives", "wait")]
+    for d in devices:
+        counts = (d["worker"], d["device"], f"{d['node_stats']:,}", f"{d['nodes']:,}")
+        if not d.get("steps_with_work"):
+            rows.append((*counts, "no work in this step" if d.get("steps") == 1 else
+                         "no work in these steps", "", "", "", ""))
+            continue
+        idle = d["idle_share"]
+        rows.append((*counts, fmt_us(d["device_step_us"]), fmt_us(d["busy_us"]),
+                     _share(idle), fmt_us(d["collective_us"]),
+                     fmt_us(d["collective_wait_us"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(w) if i < 2 or c.startswith("no work") else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        out.append(("  " + "  ".join(cells)).rstrip())
+    return out
+
+
+def _share(x: float | None) -> str:
+    """A share in whole percent, never rounded to 0% or 100% when it is not."""
+    if x is None:
+        return ""
+    if 0.995 <= x < 1:
+        return ">99%"
+    if 0 < x < 0.005:
+        return "<1%"
+    return f"{x:.0%}"

@@ -53,12 +53,18 @@ def view_doc(view: View) -> dict[str, Any]:
     else:
         rows = [{"name": r["name"], **_metrics(r), **_extra(view.kind, r)}
                 for r in view.rows.iter_rows(named=True)]
+    where = {"workers": view.where.get("workers", []), "devices": view.where.get("devices", [])}
+    # Every row says the worker and the device it covers, or that it sums several.
+    said = {"worker": _said(where["workers"], "worker"),
+            "device": _said(where["devices"], "device")}
+    rows = [_with(said, r) for r in rows]
     return {
         "schema": SCHEMA,
         "view": view.kind,
         "step": view.options.step,
         "options": {k: list(v) if isinstance(v, tuple) else v
                     for k, v in view.options.__dict__.items()},
+        **where,
         "total": view.root,
         "rows": rows,
         "notes": view.notes,
@@ -167,3 +173,18 @@ def _passes_cell(row: dict[str, Any]) -> str:
     an optimizer's update say, is in neither)."""
     fwd, bwd = row["forward_micros"], row["backward_micros"]
     return "-" if not (fwd or bwd) else f"{fmt_us(fwd)}/{fmt_us(bwd)}"
+
+
+def _said(values: list[str], what: str) -> str | None:
+    """The one value, or "summed over N <what>s"; None for a view of nothing."""
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else f"summed over {len(values)} {what}s"
+
+
+def _with(said: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A row (and its children) with the worker and device it covers, before its own."""
+    out = {**said, **row}
+    if "children" in row:
+        out["children"] = [_with(said, c) for c in row["children"]]
+    return out

@@ -69,7 +69,9 @@ def glance(run: Run, views: dict[str, dict[str, Any]], steps: StepChoice | None 
     s = run_summary(run, steps)
     return {
         "steps": len(s["steps"]), "workers": s["workers"],
-        "devices": [d["device"] for d in s["devices"]],
+        # Each (worker, device) its own; the worker named where there are several.
+        "devices": [d["device"] if len(s["workers"]) == 1 else f"{d['worker']} {d['device']}"
+                    for d in s["devices"]],
         "node_stats": s["node_stats"], "step_time_us": s["step_time_us"],
         "step_time_kind": s.get("step_time_kind"),
         "device_step_time_us": s.get("device_step_time_us"),

@@ -22,11 +22,9 @@ import numpy as np
 
 from .hlo_collectives import COLLECTIVE_OPCODES
 from .xplane_hlo import HloOp
-from .xplane_wire import Plane
 
 Ops = Any  # xplane_read.Ops (which imports this module: not imported back)
 
-RENDEZVOUS = "Rendezvous"
 WAIT_TYPE = "peer-wait"  # the op type of the wait rows (said once: analysis/collectives.py)
 _KEY = "RendezvousKey"
 KINDS = frozenset(c.removesuffix("-start").removesuffix("-done") for c in COLLECTIVE_OPCODES)
@@ -37,12 +35,6 @@ def wait_kind(name: str) -> str:
     collective's."""
     head, sep, _ = name.partition(_KEY)
     return "-".join(head.split()) if sep and head.strip() else ""
-
-
-def rendezvous_ids(plane: Plane) -> np.ndarray:
-    """The event metadata ids of a host plane's `Rendezvous` events."""
-    return np.array(sorted(mid for mid, m in plane.meta.event_metadata.items()
-                           if m.name == RENDEZVOUS), np.int64)
 
 
 def wait_nodes(ops: Ops, which: np.ndarray, names: list[str]) -> np.ndarray:
@@ -72,7 +64,8 @@ def split_shares(ops: Ops) -> None:
     if not len(shared):
         return
     cols = {k: np.concatenate(getattr(ops, k)) for k in
-            ("lane", "thread", "start_ps", "dur_ps", "self_ps", "group")}
+            ("lane", "thread", "start_ps", "dur_ps", "self_ps", "group", "run", "corr",
+             "piece")}
     keep = np.ones(len(name), bool)
     keep[shared] = False
     pieces: dict[str, list[np.ndarray]] = {k: [v[keep]] for k, v in cols.items()}
@@ -82,9 +75,10 @@ def split_shares(ops: Ops) -> None:
         if not len(rows):
             continue
         dur, own, before = cols["dur_ps"][rows], cols["self_ps"][rows], 0.0
-        for share_id, frac in parts:
-            for k in ("lane", "thread", "group"):
+        for index, (share_id, frac) in enumerate(parts):
+            for k in ("lane", "thread", "group", "run", "corr"):  # each share as launched
                 pieces[k].append(cols[k][rows])
+            pieces["piece"].append(np.full(len(rows), index, np.int64))
             pieces["start_ps"].append(cols["start_ps"][rows]
                                       + (dur * before).astype(np.int64))
             pieces["dur_ps"].append((dur * frac).astype(np.int64))

@@ -34,6 +34,7 @@ from .xplane_wire import ABSENT, OTHER, Plane
 
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
 _TPU_OPS = "XLA Ops"
+_TPU_MODULES = "XLA Modules"
 
 
 def _unattributed(kernel: str) -> tuple[str, str]:
@@ -111,7 +112,8 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
                 start=line.timestamp_ns * 1000 + line.off, dur=line.dur,
                 group=_groups(line, get("group_id"), index))
         got.lines.append((int(m.group(1)), line.name, n))
-    if not got.lines:
+    if not got.lines:  # a device that ran nothing in the profile: shown, with no work
+        extra.idle_devices.append(device)
         return
     extra.device_facts.append(device_facts(plane.meta, device))
     name, how, by_hlo = _names(got, kernels, programs, ops, extra)
@@ -189,10 +191,14 @@ def _add_lines(got: _Columns, name: np.ndarray, lane: int,
                lane_name: str, ops: Any, nested: np.ndarray | None) -> None:
     start, dur, group = got.col("start"), got.col("dur"), got.col("group")
     own_all = dur if nested is None else np.maximum(dur - nested, 0)
+    # The host launch of each event (xplane_links), by its correlation id.
+    corr = got.col("corr") if "corr" in got.parts else np.full(len(start), -1, np.int64)
+    corr = np.where(corr < 0, ABSENT, corr)
     at = 0
     for thread, line_name, n in got.lines:
         s, d, own = start[at: at + n], dur[at: at + n], own_all[at: at + n]
-        ops.add(lane, thread, s, d, own, name[at: at + n], group[at: at + n])
+        ops.add(lane, thread, s, d, own, name[at: at + n], group[at: at + n],
+                corr=corr[at: at + n])
         ops.threads[(lane_name, thread)] = line_name
         at += n
 
@@ -211,6 +217,8 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
     named: dict[int, int] = {}
     device_dur = plane.stat_ids.get("device_duration_ps")
     for line in plane.lines(_wanted(plane, "group_id", "device_duration_ps"), jobs):
+        if line.name == _TPU_MODULES and len(line.mid):  # one event per program run
+            extra.modules.append((device, line.timestamp_ns * 1000 + line.off))
         if line.name != _TPU_OPS or not len(line.mid):
             continue
         n = len(line.mid)
@@ -228,7 +236,8 @@ def read_tpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
                 nested=line.dur - self_times(line.off, line.dur),
                 group=_groups(line, plane.stat_ids.get("group_id"), np.arange(n)))
         got.lines.append((len(got.lines), line.name, n))
-    if not got.lines:
+    if not got.lines:  # a device that ran nothing in the profile: shown, with no work
+        extra.idle_devices.append(device)
         return
     name = got.col("name")
     _add_lines(got, name, lane, lane_name, ops, nested=got.col("nested"))

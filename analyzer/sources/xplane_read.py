@@ -29,8 +29,8 @@ import numpy as np
 import polars as pl
 
 from .. import schema
-from . import xplane_wire
-from .xplane_collectives import op_node, rendezvous_ids, wait_nodes
+from . import xplane_devsteps, xplane_links, xplane_wire
+from .xplane_collectives import op_node, wait_nodes
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
 from .xplane_wire import ABSENT, OTHER, Line, Lines, Plane
@@ -56,7 +56,13 @@ class Ops:
     dur_ps: list[np.ndarray] = field(default_factory=list)
     self_ps: list[np.ndarray] = field(default_factory=list)
     group: list[np.ndarray] = field(default_factory=list)
+    # What launched each event (xplane_links): the XLA run (`run_id`) of a CPU thunk, the
+    # `correlation_id` of a GPU event; ABSENT where it has none.
+    run: list[np.ndarray] = field(default_factory=list)
+    corr: list[np.ndarray] = field(default_factory=list)
     name: list[np.ndarray] = field(default_factory=list)  # index into `names`
+    # 0: the event itself; k > 0: the k-th share of a shared collective (xplane_collectives)
+    piece: list[np.ndarray] = field(default_factory=list)
     names: list[tuple[str, str]] = field(default_factory=list)  # (node_name, op_type)
     name_ids: dict[tuple[str, str], int] = field(default_factory=dict)
     lanes: list[str] = field(default_factory=list)
@@ -77,8 +83,12 @@ class Ops:
             self.lanes.append(lane)
         return self.lanes.index(lane)
 
-    def add(self, lane: int, thread: int | np.ndarray, start: np.ndarray, dur: np.ndarray,
-            own: np.ndarray, name: np.ndarray, group: np.ndarray) -> None:
+    def add(self, lane: int | np.ndarray, thread: int | np.ndarray, start: np.ndarray,
+            dur: np.ndarray, own: np.ndarray, name: np.ndarray, group: np.ndarray,
+            run: np.ndarray | None = None, corr: np.ndarray | None = None) -> None:
+        absent = np.full(len(start), ABSENT, np.int64)
+        self.run.append(absent if run is None else run)
+        self.corr.append(absent if corr is None else corr)
         self.lane.append(np.full(len(start), lane, np.int32))
         self.thread.append(np.full(len(start), thread, np.int32))
         self.start_ps.append(start)
@@ -86,6 +96,7 @@ class Ops:
         self.self_ps.append(own)
         self.name.append(name)
         self.group.append(group)
+        self.piece.append(np.zeros(len(start), np.int64))
 
 
 @dataclass
@@ -104,6 +115,15 @@ class Extra:
     hlo_work: dict[str, list] = field(default_factory=dict)
     # GPU planes' device facts, one dict per device (xplane_device.device_facts).
     device_facts: list[dict[str, Any]] = field(default_factory=list)
+    # Host events that launch device work (xplane_links): (run_id, start_ps) of every event
+    # with a `run_id`, (correlation_id, start_ps) of every one with a `correlation_id`, and
+    # the XLA CPU `Rendezvous` events (thread, start_ps, dur_ps): replicas waiting for peers.
+    runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    launches: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    rendezvous: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    idle_devices: list[str] = field(default_factory=list)  # device planes with no event
+    # TPU planes' program runs (the "XLA Modules" line): (device, start_ps of each run).
+    modules: list[tuple[str, np.ndarray]] = field(default_factory=list)
 
 
 def parse_op_name(name: str) -> tuple[int, str, str]:
@@ -258,17 +278,20 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
                       for i in ids], dtype=np.int64)
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
-                     "allocation_bytes", "requested_bytes", "allocator_name", "name")
-    waits = rendezvous_ids(plane) if hlo_stat is not None else np.zeros(0, np.int64)
+                     "allocation_bytes", "requested_bytes", "allocator_name", "name",
+                     *xplane_links.HOST_STATS)
+    waits = xplane_links.rendezvous_ids(plane)
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
-    # hlo_op stat: then all).
-    keep = None if hlo_stat is not None else {i for i, k in kinds.items() if k[0] != _OTHER}
+    # hlo_op stat, launches carry a run_id or correlation_id: then all).
+    every = hlo_stat is not None or xplane_links.launches_on(plane)
+    keep = None if every else {i for i, k in kinds.items() if k[0] != _OTHER}
     # Lines in batches (xplane_wire.Lines: their events as one set of columns); an
     # event's thread is its line's number in the plane.
     for line in plane.batches(wanted, jobs, keep):
         if not len(line.mid):
             continue
         thread, start_ps = line.first + line.line_of, line.start_ps
+        xplane_links.collect(plane, line, thread, extra, waits)
         code = _lookup(ids, codes, line.mid, _OTHER)
         node = _lookup(ids, node_of, line.mid, -1)
         if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
@@ -293,10 +316,13 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
         index = np.flatnonzero(node >= 0)
         if len(index):
             start, dur, threads = start_ps[index], line.dur[index], thread[index]
-            ops.add(lane, threads, start, dur, self_times(start, dur, threads), node[index],
-                    _groups(line, group_stat, index))
-            for t in np.unique(threads).tolist():
-                ops.threads[(HOST_LANE, t)] = line.names[t - line.first]
+            # XLA CPU replicas: each thunk on its device's lane (`device_ordinal`).
+            lanes = xplane_links.replica_lanes(plane, line, index, ops, lane)
+            ops.add(lanes, threads, start, dur, self_times(start, dur, threads), node[index],
+                    _groups(line, group_stat, index),
+                    run=xplane_links.int_stat(plane, line, "run_id", index))
+            for ln, t in set(zip(lanes.tolist(), threads.tolist(), strict=True)):
+                ops.threads[(ops.lanes[ln], t)] = line.names[t - line.first]
         for m in np.flatnonzero(code == _MARKER).tolist():
             step = line.stats[step_stat][m] if step_stat is not None else ABSENT
             if step not in (ABSENT, OTHER):
@@ -342,7 +368,8 @@ def _by_time(start_ps: np.ndarray, starts: list[tuple[int, int]]) -> np.ndarray:
 
 def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
                     on_device: np.ndarray, lane: np.ndarray,
-                    markers: list[tuple[int, int, int]]
+                    markers: list[tuple[int, int, int]],
+                    launched: np.ndarray | None = None
                     ) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
     """Each execution's step, and the (step, start_ps, end_ps) span of every step, as
     xprof's step db has them (docs/xplane.md):
@@ -351,7 +378,8 @@ def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
       device where that is longest. Host work of other groups (the profiler groups every
       traced function call, not only steps) goes to the step begun last before it.
     - else, with `train` markers: the markers' steps (step_num), each execution in the
-      step begun last before it; a step's span is its marker's. Host-only group_ids
+      step begun last before its launch (`launched`, xplane_links), else before its own
+      start; a step's span is its marker's. Host-only group_ids
       (xprof's grouping of a CPU profile, as in the trace viewer's JSON of it) do not
       change that: xprof's step db counts the markers' steps there too.
     - group_ids on the host only and no markers: the groups, spanned by their executions
@@ -374,7 +402,8 @@ def steps_and_spans(start_ps: np.ndarray, dur_ps: np.ndarray, group: np.ndarray,
         return step, spans
     if not markers:
         return assign_steps(start_ps, group, markers), []
-    step = _by_time(start_ps, [(m[0], m[2]) for m in markers])
+    at = start_ps if launched is None else np.where(launched >= 0, launched, start_ps)
+    step = _by_time(at, [(m[0], m[2]) for m in markers])
     span: dict[int, tuple[int, int]] = {}
     for b, e, n in markers:
         lo, hi = span.get(n, (b, e))
@@ -391,10 +420,14 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     start = _cat(ops.start_ps, np.int64)
     column = _cat
     lane = column(ops.lane, np.int64)
-    on_device = np.array([ln != HOST_LANE for ln in ops.lanes] or [False])[lane]
-    step, spans = steps_and_spans(start, column(ops.dur_ps, np.int64),
-                                  column(ops.group, np.int64), on_device, lane,
-                                  extra.markers)
+    # Device planes' lanes (GPU/TPU): XLA CPU replicas' lanes are host lanes.
+    on_device = np.array([not ln.startswith("/device:CPU:") for ln in ops.lanes]
+                         or [False])[lane]
+    dur, group = column(ops.dur_ps, np.int64), column(ops.group, np.int64)
+    launched = xplane_links.launch_times(column(ops.run, np.int64),
+                                         column(ops.corr, np.int64), on_device, extra)
+    step, spans = steps_and_spans(start, dur, group, on_device, lane, extra.markers,
+                                  launched)
     # One key per (lane, name).
     n_names = max(len(ops.names), 1)
     uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
@@ -430,22 +463,10 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
         "step", "exec_idx", "key_id", "all_start_us", "op_end_rel_us", "all_end_rel_us",
         "start_ns", "op_end_rel_ns", "all_end_rel_ns", "thread_id",
     )).select(list(schema.NODE_SCHEMA))[order]
-    # Threads: each (step, lane, thread) that ran an op, with its line's name.
-    steps, step_no = _factorize(step)
-    threads_u, thread_no = _factorize(thread)
-    n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
-    present, _ = _factorize((step_no * n_lanes + lane) * n_threads + thread_no)
-    t_step = steps[present // (n_lanes * n_threads)] if n else present
-    t_lane = (present // n_threads) % n_lanes
-    t_thread = threads_u[present % n_threads] if n else present
-    names = ops.threads
-    threads = pl.DataFrame({
-        "step": t_step.astype(np.int64),
-        "lane": pl.Series([ops.lanes[int(i)] for i in t_lane], dtype=pl.String),
-        "thread_id": t_thread.astype(np.uint32),
-        "name": pl.Series([names.get((ops.lanes[int(a)], int(b))) for a, b in
-                           zip(t_lane, t_thread, strict=True)], dtype=pl.String),
-    }, schema=schema.THREAD_SCHEMA)
+    threads = _threads(ops, step, lane, thread)
+    device_steps = xplane_devsteps.of_events(
+        ops, extra, lane, step, start, dur, group, on_device, launched,
+        lambda t: assign_steps(t, np.full(len(t), -1, np.int64), extra.markers))
     mem = extra.memory
     alloc_t = _cat([m[0] for m in mem], np.int64)
     allocations = pl.DataFrame({
@@ -459,7 +480,29 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations,
             "step_spans": step_spans(
-                spans, "device" if np.any(on_device & (column(ops.group, np.int64) >= 0))
-                else "marker", step, start, column(ops.dur_ps, np.int64), on_device),
+                spans, "device" if np.any(on_device & (group >= 0)) else "marker",
+                device_steps),
+            "device_steps": device_steps,
             "attribution": attribution(extra.attribution),
             "timing": pl.DataFrame({"rules": ["xprof"]}, schema=schema.TIMING_SCHEMA)}
+
+
+def _threads(ops: Ops, step: np.ndarray, lane: np.ndarray, thread: np.ndarray
+             ) -> pl.DataFrame:
+    """Each (step, lane, thread) that ran an op, with its line's name."""
+    n = len(step)
+    steps, step_no = _factorize(step)
+    threads_u, thread_no = _factorize(thread)
+    n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
+    present, _ = _factorize((step_no * n_lanes + lane) * n_threads + thread_no)
+    t_step = steps[present // (n_lanes * n_threads)] if n else present
+    t_lane = (present // n_threads) % n_lanes
+    t_thread = threads_u[present % n_threads] if n else present
+    names = ops.threads
+    return pl.DataFrame({
+        "step": t_step.astype(np.int64),
+        "lane": pl.Series([ops.lanes[int(i)] for i in t_lane], dtype=pl.String),
+        "thread_id": t_thread.astype(np.uint32),
+        "name": pl.Series([names.get((ops.lanes[int(a)], int(b))) for a, b in
+                           zip(t_lane, t_thread, strict=True)], dtype=pl.String),
+    }, schema=schema.THREAD_SCHEMA)

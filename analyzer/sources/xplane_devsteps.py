@@ -1,0 +1,113 @@
+"""Each device's own part of each step (the `device_steps` frame, schema.DEVICE_STEP_SCHEMA;
+docs/xplane.md "Devices").
+
+A job's devices do not run one step together: on the public BERT profile two of eight
+GPUs compute, 650 ms apart, and a third only copies outside any step. Per (device, step):
+the span of the device's work in the step (first to last event), its busy time (the union
+of its events' intervals: streams and nested ops counted once), its events, the time its
+XLA CPU collectives waited for peers (`Rendezvous`), and how its events were placed in the
+step: "group" (the profiler's `group_id`), "launch" (the host work that launched them:
+xplane_links), "window" (the step marker open when they started). On a profile the plugin
+grouped, events of no group are outside every step: a row with a null step. A device
+plane without events (six of the BERT profile's eight GPUs) is a row with a null step
+and no events: the device is shown, with no work in any step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .. import schema
+from . import xplane_links
+from .xplane_collectives import WAIT_TYPE
+
+
+def device_of(lane: str) -> str:
+    """The device of a lane, as analyzer/model.py derives it (lowercase, no stream)."""
+    return lane.lower().split("/stream:")[0].split("/memcpy")[0]
+
+
+def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np.ndarray,
+                 dur: np.ndarray, in_step: np.ndarray, how: np.ndarray, wait: np.ndarray
+                 ) -> pl.DataFrame:
+    """One row per (device, step) with work; `in_step` False: the event is in no step
+    (null step); `how` per event: 0 window, 1 launch, 2 group."""
+    names = np.array([device_of(x) for x in lanes] or [""], dtype=object)
+    events = pl.DataFrame({
+        "device": pl.Series(names[lane] if len(lane) else [], dtype=pl.String),
+        "step": step.astype(np.int64),
+        "start": start.astype(np.int64), "end": (start + dur).astype(np.int64),
+        "in_step": in_step, "how": how.astype(np.int64), "wait": wait.astype(np.int64),
+    }).with_columns(step=pl.when("in_step").then("step"))
+    by = ["device", "step"]
+    ordered = events.sort(*by, "start", nulls_last=True)
+    blocks = (
+        ordered.with_columns(reach=pl.col("end").cum_max().shift(1).over(by))
+        .with_columns(block=(pl.col("reach").is_null() | (pl.col("start") > pl.col("reach")))
+                      .cum_sum().over(by))
+        .group_by(*by, "block").agg(b=pl.col("start").min(), e=pl.col("end").max())
+        .group_by(by).agg(busy=(pl.col("e") - pl.col("b")).sum())
+    )
+    out = (
+        events.group_by(by)
+        .agg(start=pl.col("start").min(), end=pl.col("end").max(), events=pl.len(),
+             wait=pl.col("wait").sum(), how=pl.col("how").max())
+        .join(blocks, on=by, how="left", nulls_equal=True)
+        .select("device", "step", modules=pl.lit(None, pl.Int64),
+                start_ns=pl.col("start") // 1000,
+                end_ns=pl.col("end") // 1000, busy_ns=pl.col("busy") // 1000,
+                events="events", wait_ns=pl.col("wait") // 1000,
+                how=pl.col("how").replace_strict({0: "window", 1: "launch", 2: "group"},
+                                                 return_dtype=pl.String))
+        .sort(by, nulls_last=True)
+    )
+    return out.cast(schema.DEVICE_STEP_SCHEMA).select(list(schema.DEVICE_STEP_SCHEMA))  # type: ignore[arg-type]
+
+
+def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,
+              start: np.ndarray, dur: np.ndarray, group: np.ndarray,
+              on_device: np.ndarray, launched: np.ndarray,
+              step_at: Callable[[np.ndarray], np.ndarray]) -> pl.DataFrame:
+    """The device_steps frame of a file's events: on a profile whose device events
+    carry group_ids, the events of the groups that ran device work; else every event, in
+    the step of its launch or of its start. Counted once: an event, not the rows made of
+    it (a shared collective's later shares, the peer-wait rows of its Rendezvous)."""
+    names = np.array([t != WAIT_TYPE for _, t in ops.names] or [True], bool)
+    own = (np.concatenate(ops.piece) == 0) & names[np.concatenate(ops.name)] if ops.name \
+        else np.zeros(0, bool)
+    lane, step, start, dur, group, on_device, launched = (
+        a[own] for a in (lane, step, start, dur, group, on_device, launched))
+    device_groups = np.unique(group[on_device & (group >= 0)])
+    grouped = bool(len(device_groups))
+    in_step = np.isin(group, device_groups) if grouped else np.ones(len(step), bool)
+    how = np.full(len(step), 2) if grouped else (launched >= 0).astype(np.int64)
+    thread = (np.concatenate(ops.thread).astype(np.int64)[own] if ops.thread
+              else np.zeros(0, np.int64))
+    wait = xplane_links.rendezvous_wait(extra, thread, start, dur, ~on_device)
+    found = _with_modules(device_steps(ops.lanes, lane, step, start, dur, in_step, how,
+                                       wait), extra.modules, step_at)
+    idle = pl.DataFrame({"device": [device_of(d) for d in extra.idle_devices]},
+                        schema={"device": pl.String})
+    return pl.concat([found, idle.with_columns(events=pl.lit(0, pl.Int64),
+                                               busy_ns=pl.lit(0, pl.Int64),
+                                               wait_ns=pl.lit(0, pl.Int64))],
+                     how="diagonal").select(list(schema.DEVICE_STEP_SCHEMA))
+
+
+def _with_modules(found: pl.DataFrame, modules: list[tuple[str, np.ndarray]],
+                  step_at: Callable[[np.ndarray], np.ndarray]) -> pl.DataFrame:
+    """`found` with the program runs of each TPU (device, step): its "XLA Modules"
+    events, each in the step `step_at` its start."""
+    if not modules:
+        return found
+    runs = pl.concat([pl.DataFrame({"device": device_of(d), "step": step_at(t)},
+                                   schema={"device": pl.String, "step": pl.Int64})
+                      for d, t in modules])
+    counts = runs.group_by("device", "step").agg(runs=pl.len().cast(pl.Int64))
+    return (found.join(counts, on=["device", "step"], how="left")
+            .with_columns(modules=pl.col("runs")).drop("runs")
+            .sort("device", "step", nulls_last=True))
