@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from runlens.analyzer.proto import xplane_pb2
 
+from runlens.analyzer.proto import xplane_pb2
 from tests.conftest import FIXTURES, run_cli
 from tests.xplane_run import GPU_XPLANE
 
@@ -184,7 +184,6 @@ def test_pmap_steps_are_xprofs():
     """The pmap capture's steps: xprof's step db (count, begin, duration per step)."""
     from runlens.analyzer.analysis.steps import step_times
     from runlens.analyzer.load import load_run
-
     from tests.xprof_oracle import step_db
 
     (path,) = PMAP.glob("plugins/profile/*/*.xplane.pb")
