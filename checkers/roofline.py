@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from ..analyzer.analysis.jaxscopes import fold_frame
-from ..analyzer.units import fmt_us
+from ..analyzer.units import device_label, fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 # NVIDIA peak float ops per SM per clock cycle (FMA = 2), xprof's table
@@ -104,8 +104,9 @@ class Roofline(Checker):
             got = peaks(row["compute_cap_major"] or 0, row["compute_cap_minor"] or 0,
                         row["clock_khz"] or 0, row["cores"] or 0)
             bw = row["memory_bandwidth"] or 0.0
-            mine = ops.filter((pl.col("worker") == row["worker"])  # the Run's are lower case
-                              & (pl.col("device") == str(row["device"]).lower()))
+            row["device"] = device_label(str(row["device"]))  # the Run's spelling
+            mine = ops.filter((pl.col("worker") == row["worker"])
+                              & (pl.col("device") == row["device"]))
             if got is None or bw <= 0 or not mine.height:
                 continue
             finding = self._finding(a, row, got, bw, mine, steps)

@@ -59,6 +59,7 @@ def _isolated_user_cache(tmp_path, monkeypatch):
     run takes it off (`monkeypatch.delenv`) on a copy in its tmp dir."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     monkeypatch.setenv("RUNLENS_CACHE_DIR", str(tmp_path / "runlens-cache"))
+    monkeypatch.delenv("COLUMNS", raising=False)  # text output as piped, whatever the shell
 
 
 def run_cli(args: list[str], expect_exit: int = 0):
