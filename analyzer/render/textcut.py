@@ -38,33 +38,50 @@ def cut_middle(text: str, width: int) -> str:
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
 
 
-def _around(text: str, width: int, at: int) -> str:
-    """`text` cut to `width` keeping its head, the part from `at` on and its tail."""
-    head, tail = max(1, width // 6), max(1, width // 3)
-    room = width - head - tail - 2
-    if room < 1 or at + room >= len(text) - tail:
-        return cut_middle(text, width)
-    start = max(head, at - room // 3)
-    return text[:head] + ELLIPSIS + text[start:start + room] + ELLIPSIS + text[-tail:]
+def _keep(text: str, points: list[int], width: int) -> str | None:
+    """`text` in at most `width` characters keeping its head, a few characters from each
+    of `points` (where it differs from names it would be cut alike with) and its tail,
+    "…" for each gap; None when that does not fit."""
+    for tail in (width // 3, width // 4, 8, 4, 2):
+        for win in (8, 5, 3, 2, 1):
+            for head in (max(1, width // 6), 2, 1):
+                spans = sorted([(0, head), (max(0, len(text) - tail), len(text)),
+                                *[(max(0, p - 1), p + win) for p in points]])
+                merged: list[list[int]] = []
+                for lo, hi in spans:
+                    if merged and lo <= merged[-1][1]:
+                        merged[-1][1] = max(merged[-1][1], hi)
+                    else:
+                        merged.append([lo, min(hi, len(text))])
+                size = sum(hi - lo for lo, hi in merged) + len(merged) - 1
+                if size <= width:
+                    return ELLIPSIS.join(text[lo:hi] for lo, hi in merged)
+    return None
 
 
 def distinct_cuts(texts: list[str], width: int) -> list[str]:
     """Each of `texts` cut to `width` (cut_middle), such that distinct texts never print
-    as the same cut: texts whose cuts collide show the part where they differ instead,
-    and in full where even that does not tell them apart."""
+    as the same cut: texts whose cuts collide keep the places where they differ from
+    each other (again, as long as new cuts collide), and print in full where even that
+    does not tell them apart."""
     cuts = [cut_middle(t, width) for t in texts]
+    points: dict[int, set[int]] = {}
+    for _ in range(4):
+        clash = _clashes(texts, cuts)
+        if not clash:
+            return cuts
+        for i, others in clash.items():
+            points.setdefault(i, set()).update(
+                len(os.path.commonprefix([texts[i], other])) for other in others)
+            cuts[i] = _keep(texts[i], sorted(points[i]), width) or texts[i]
+    clash = _clashes(texts, cuts)
+    return [texts[i] if i in clash else cut for i, cut in enumerate(cuts)]
+
+
+def _clashes(texts: list[str], cuts: list[str]) -> dict[int, set[str]]:
+    """Per index whose cut another text shares: those other texts."""
     groups: dict[str, set[str]] = {}
     for text, cut in zip(texts, cuts, strict=True):
         groups.setdefault(cut, set()).add(text)
-    clash = {cut: sorted(group) for cut, group in groups.items() if len(group) > 1}
-    if not clash:
-        return cuts
-    for i, cut in enumerate(cuts):
-        if cut in clash:
-            group = clash[cut]
-            at = len(os.path.commonprefix(group))
-            cuts[i] = _around(texts[i], width, at)
-    seen: dict[str, set[str]] = {}
-    for text, cut in zip(texts, cuts, strict=True):
-        seen.setdefault(cut, set()).add(text)
-    return [text if len(seen[cut]) > 1 else cut for text, cut in zip(texts, cuts, strict=True)]
+    return {i: groups[cut] - {texts[i]} for i, cut in enumerate(cuts)
+            if len(groups[cut]) > 1}
