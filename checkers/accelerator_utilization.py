@@ -161,7 +161,8 @@ def _evidence(r: dict, idle: float, rows: pl.DataFrame, largest: list[dict]) -> 
     dev_idle = (1 - r["device_busy_ns"] / r["device_span_ns"]) if r["device_span_ns"] else 0.0
     return {
         "idle_share": round(idle, 4), "steps": steps,
-        "step_us": r["span_ns"] / steps / 1000,
+        # Means over the analysed steps (summary's "mean"), named so beside its median.
+        "mean_step_us": r["span_ns"] / steps / 1000,
         "idle_before_first_us": r["before_ns"] / steps / 1000,
         "idle_between_us": r["between_ns"] / steps / 1000,
         "idle_after_last_us": r["after_ns"] / steps / 1000,
@@ -169,7 +170,7 @@ def _evidence(r: dict, idle: float, rows: pl.DataFrame, largest: list[dict]) -> 
         "first_kernel_delay_us": [round(v / 1000, 1)
                                   for v in rows["kernel_delay_ns"].to_list()],
         # As xprof counts a GPU step: from its first device event to its last.
-        "device_step_us": r["device_span_ns"] / steps / 1000,
+        "mean_device_step_us": r["device_span_ns"] / steps / 1000,
         "idle_share_of_device_step": round(max(dev_idle, 0.0), 4),
         "device_busy_us": r["device_busy_ns"] / steps / 1000,
         "largest_gaps": largest,

@@ -69,7 +69,7 @@ class ExpensiveOps(Checker):
             "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
             "code_lines": [_row(r, total_us, a, "code") for r in lines],
             "op_time_us_per_step": total_us,
-            "step_time_us": round(step_us, 1),
+            "mean_step_us": round(step_us, 1),  # over the analysed steps (summary's mean)
         }
         yield self.finding(
             f"{top['kernel']}{graph_note} takes {pct(top['micros'] / total_us)} of op time "

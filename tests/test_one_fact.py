@@ -119,6 +119,20 @@ def test_device_names_have_one_spelling():
     assert where - {None} == {"/device:gpu:0"}
 
 
+@needs_cnn_a
+def test_step_times_of_an_accelerator_profile_are_named_and_agree():
+    """gpu-jax/cnn_a: the header's median is summary's; RL101 and RL102 cite the mean step
+    (summary's mean) and the device step's mean under names that say so."""
+    summary = _json(["summary", CNN_A])["summary"]
+    advice = _json(["advise", CNN_A])
+    assert round(advice["median_step_us"], 1) == summary["step_time_us"]["median"]
+    by_code = {f["code"]: f["evidence"] for f in advice["findings"]}
+    assert round(by_code["RL101"]["mean_step_us"], 1) == summary["step_time_us"]["mean"]
+    assert round(by_code["RL102"]["mean_step_us"], 1) == summary["step_time_us"]["mean"]
+    assert round(by_code["RL102"]["mean_device_step_us"], 1) == \
+        summary["device_step_time_us"]["mean"]
+
+
 def _outputs(path) -> dict[str, str]:
     """What a user reads of `path`: advise (text, JSON), summary JSON, views."""
     cmds = [["advise"], ["advise", "--format", "json"], ["summary", "--format", "json"],
