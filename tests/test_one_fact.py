@@ -220,3 +220,17 @@ def test_compare_prints_each_warning_once_naming_include_warmup():
     quiet = run_cli(["compare", CNN, CNN, "--format", "json"])
     assert "left out" in quiet.stderr  # JSON on stdout: said on stderr, once
     assert "--include-warmup" in run_cli(["compare", "--help"]).output
+
+
+def test_a_runs_warning_is_printed_once(tmp_path):
+    """summary printed a damaged part's warning on stderr (when loading) and again in its
+    text; now once. Two run dirs, one step file of the second cut short."""
+    import shutil
+
+    for worker in ("w0", "w1"):
+        shutil.copytree(CNN, tmp_path / worker)
+    step = sorted((tmp_path / "w1" / "steps").iterdir())[0]
+    step.write_bytes(step.read_bytes()[:7])
+    result = run_cli(["summary", tmp_path, "--no-cache"])
+    both = result.stdout + result.stderr
+    assert both.count(f"{step.name}: truncated") == 1, both
