@@ -234,3 +234,19 @@ def test_a_runs_warning_is_printed_once(tmp_path):
     result = run_cli(["summary", tmp_path, "--no-cache"])
     both = result.stdout + result.stderr
     assert both.count(f"{step.name}: truncated") == 1, both
+
+
+@pytest.mark.parametrize("path", [CNN, FIXTURES.parent / "xplane" / "jax_train"],
+                         ids=["cnn", "jax_train"])
+def test_timeline_draws_each_step_for_the_time_summary_gives(path, tmp_path):
+    """The timeline drew an XSpace step from its first op to its last (jax_train step 0:
+    111us) where summary gives the step marker's span (750.9us): one time per step."""
+    per_step = {r["step"]: r["duration_us"]
+                for r in _json(["summary", path])["summary"]["per_step"]}
+    out = tmp_path / "t.json"
+    run_cli(["timeline", path, "--all-steps", "-o", out])
+    slices = {e["args"]["step"]: e["dur"] for e in json.loads(out.read_text())["traceEvents"]
+              if e.get("cat") == "Step"}
+    assert slices.keys() == per_step.keys()
+    for step, dur in slices.items():
+        assert abs(dur - per_step[step]) <= 1.0, (step, dur, per_step[step])
