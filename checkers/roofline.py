@@ -57,8 +57,9 @@ def op_work(a: Analysis, fold: bool = True) -> pl.DataFrame:
         bytes=pl.col("b") / pl.col("execs") * pl.col("n"))
     if not fold:
         return per.with_columns(known=pl.col("bytes").is_not_null())
-    per = fold_frame(per, "node_name")
-    return (per.group_by("worker", "device", "scope", "direction")
+    # Float sums in a stable order: the same run gives the same bytes (issue 31).
+    per = fold_frame(per.sort("worker", "device", "node_name"), "node_name")
+    return (per.group_by("worker", "device", "scope", "direction", maintain_order=True)
             .agg(pl.col("ns", "flops", "bytes").sum(),
                  known=pl.col("bytes").is_not_null().all()))
 
@@ -133,7 +134,8 @@ class Roofline(Checker):
                  ops: pl.DataFrame, steps: int) -> Finding | None:
         peak, tf32, fp32, entry = got
         judged = self._judged(ops, peak, bw)
-        named = judged.filter(pl.col("kind").is_not_null()).sort("ns", descending=True)
+        named = judged.filter(pl.col("kind").is_not_null()).sort(  # ties: by name
+            ["ns", "scope", "direction"], descending=[True, False, False])
         us = num(named["ns"].sum()) / 1000.0 / steps
         share = a.per_step(us)
         if share < INFO_SHARE:

@@ -142,8 +142,9 @@ def _outputs(path) -> dict[str, str]:
 
 @pytest.mark.parametrize("path", [CNN, FIXTURES / "gpu_mnist",
                                   FIXTURES.parent / "xplane" / "jax_train",
-                                  pytest.param(CNN_A, marks=needs_cnn_a)],
-                         ids=["cnn", "gpu_mnist", "jax_train", "cnn_a"])
+                                  pytest.param(CNN_A, marks=needs_cnn_a),
+                                  pytest.param(CNN_A.parent / "cnn_wide2", marks=needs_cnn_a)],
+                         ids=["cnn", "gpu_mnist", "jax_train", "cnn_a", "cnn_wide2"])
 def test_same_input_gives_the_same_bytes_cold_or_cached(path, tmp_path, monkeypatch):
     """Two cold runs (each its own empty cache) and a warm one (the second's cache) print
     the same bytes. gpu-jax/cnn_a named RL110's peak step 4 or 6 by run (a tie in an
@@ -156,6 +157,14 @@ def test_same_input_gives_the_same_bytes_cold_or_cached(path, tmp_path, monkeypa
     for key in seen[0]:
         assert seen[0][key] == seen[1][key], f"{key}: two cold runs differ"
         assert seen[0][key] == seen[2][key], f"{key}: cold and cached differ"
+
+
+@needs_cnn_a
+def test_roofline_ops_of_equal_time_are_listed_by_name():
+    """gpu-jax/cnn_wide2: RL115 listed two ops of equal time in either order by run."""
+    doc = _json(["advise", CNN_A.parent / "cnn_wide2", "--select", "RL115"])
+    ops = [(-o["us_per_step"], o["op"]) for o in doc["findings"][0]["evidence"]["ops"]]
+    assert ops == sorted(ops) and len(set(ops)) == len(ops)
 
 
 def test_cut_names_keep_the_tail_and_never_collide():
