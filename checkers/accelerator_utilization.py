@@ -198,7 +198,7 @@ def _gap(g: dict, iv: pl.DataFrame) -> dict:
                      & (pl.col("step") == g["step"]))
     before = same.filter(pl.col("end_ns") <= g["gap_start_ns"]).sort("end_ns", "node_name").tail(1)
     after = same.filter(pl.col("start_ns") >= g["gap_start_ns"] + g["gap_ns"]).sort(
-        "start_ns").head(1)
+        "start_ns", "node_name").head(1)  # ties: by name, the same every run
     return {"step": g["step"], "gap_us": g["gap_ns"] / 1000,
             "after": before["node_name"][0] if before.height else None,
             "before": after["node_name"][0] if after.height else None}
