@@ -48,6 +48,10 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
     return merge_runs([_samples(p, no_cache, scope_depth, step_range) for p in paths])
 
 
+# Compare formats whose text on stdout carries the warnings; others (and -o) get them on
+# stderr, so that each warning is printed once.
+_SAYS_WARNINGS = ("text", "markdown")
+
 @click.command()
 @click.argument("base", metavar="BASE...", nargs=-1, required=True,
                 type=click.Path(readable=False))
@@ -60,9 +64,9 @@ def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
               default=0.01, show_default=True,
               help="Significance level: exact Mann-Whitney U for step time and op time "
                    "(Bonferroni), Benjamini-Hochberg over scopes and op types.")
-@click.option("--keep-outliers", "--include-warmup", "keep_outliers", is_flag=True,
-              help="Keep warm-up and outlier steps in the test (left out by default; "
-                   "--include-warmup is the same flag, as on the other commands).")
+@click.option("--include-warmup", "--keep-outliers", "keep_outliers", is_flag=True,
+              help="Keep warm-up and outlier steps in the test (left out by default), as "
+                   "on the other commands (--keep-outliers is the same flag).")
 @click.option("--steps", "step_range", metavar="A:B", default=None,
               help="Compare only the traced steps from A to B of each run dir, inclusive "
                    "(A: or :B leave an end open; baseline files keep their steps).")
@@ -132,8 +136,9 @@ def compare(base: tuple[str, ...], new: str, threshold: float, alpha: float,
     result = run_compare(base_samples, new_samples, threshold_pct=threshold,
                          alpha=alpha, by=by, normalize=not no_normalize,
                          keep_outliers=keep_outliers)
-    for warning in result.warnings:
-        click.echo(f"analyze: warning: {warning}", err=True)
+    if output is not None or fmt not in _SAYS_WARNINGS:  # else the text says them: once
+        for warning in result.warnings:
+            click.echo(f"analyze: warning: {warning}", err=True)
     render = registries.renderer("compare", fmt)
     if fmt == registries.COMPARE_PAGE:  # the page shows the samples too
         emit(render(result, base_samples, new_samples), output)

@@ -40,6 +40,13 @@ def fmt_count(n: float) -> str:
     return f"{n:.0f}" if float(n).is_integer() else f"{n:.2f}"
 
 
+def device_label(name: str) -> str:
+    """A device name as every output spells it: the Run's canonical lower case
+    (`/device:gpu:0`), whatever spelling a frame kept (device_facts keeps XSpace's
+    `/device:GPU:0`)."""
+    return name.lower()
+
+
 def lacks_by_reason(lacks: Mapping[str, str]) -> dict[str, list[str]]:
     """Run.lacks grouped by reason, so that each reason is said once."""
     out: dict[str, list[str]] = {}

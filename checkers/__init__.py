@@ -77,13 +77,13 @@ def header(run: Run, name: str, steps: StepChoice | None = None,
     """The numbers above the findings: the run's name, its traced steps, the median step
     time of the steps `steps` keeps, which steps were left out and why (said once), and
     what the input lacks with the chosen checkers that needed it."""
-    from ..analyzer.analysis.steps import step_times
+    from ..analyzer.analysis.steps import median_step_us, step_times
     from ..analyzer.analysis.stepselect import analysed, left_out
-    from .base import num
 
-    times = step_times(analysed(run, steps))["duration_ns"]
+    chosen = analysed(run, steps)
     meta: dict[str, Any] = {"run": name, "steps": len(run.steps),
-                            "median_step_us": num(times.median()) / 1000}
+                            "median_step_us": median_step_us(chosen),
+                            "median_over_steps": step_times(chosen).height}
     dropped = left_out(run, steps or StepChoice())
     if dropped:
         meta["left_out"] = dropped

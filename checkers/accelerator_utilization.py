@@ -189,7 +189,8 @@ def _evidence(r: dict, idle: float, rows: pl.DataFrame, largest: list[dict]) -> 
     dev_idle = (1 - r["device_busy_ns"] / r["device_span_ns"]) if r["device_span_ns"] else 0.0
     return {
         "idle_share": round(idle, 4), "steps": steps,
-        "step_us": r["span_ns"] / steps / 1000,
+        # Means over the analysed steps (summary's "mean"), named so beside its median.
+        "mean_step_us": r["span_ns"] / steps / 1000,
         "idle_before_first_us": r["before_ns"] / steps / 1000,
         "idle_between_us": r["between_ns"] / steps / 1000,
         "idle_after_last_us": r["after_ns"] / steps / 1000,
@@ -197,7 +198,7 @@ def _evidence(r: dict, idle: float, rows: pl.DataFrame, largest: list[dict]) -> 
         "first_kernel_delay_us": [round(v / 1000, 1)
                                   for v in rows["kernel_delay_ns"].to_list()],
         # As xprof counts a GPU step: from its first device event to its last.
-        "device_step_us": r["device_span_ns"] / steps / 1000,
+        "mean_device_step_us": r["device_span_ns"] / steps / 1000,
         "idle_share_of_device_step": round(max(dev_idle, 0.0), 4),
         "device_busy_us": r["device_busy_ns"] / steps / 1000,
         "largest_gaps": largest,
@@ -225,7 +226,7 @@ def _gap(g: dict, iv: pl.DataFrame) -> dict:
                      & (pl.col("step") == g["step"]))
     before = same.filter(pl.col("end_ns") <= g["gap_start_ns"]).sort("end_ns", "node_name").tail(1)
     after = same.filter(pl.col("start_ns") >= g["gap_start_ns"] + g["gap_ns"]).sort(
-        "start_ns").head(1)
+        "start_ns", "node_name").head(1)  # ties: by name, the same every run
     return {"step": g["step"], "gap_us": g["gap_ns"] / 1000,
             "after": before["node_name"][0] if before.height else None,
             "before": after["node_name"][0] if after.height else None}

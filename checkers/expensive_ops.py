@@ -96,7 +96,7 @@ class ExpensiveOps(Checker):
             "op_time_us_per_step": total_us,
             "op_time_us_per_worker_step": round(per_worker, 1),
             "workers": workers,
-            "step_time_us": round(step_us, 1),
+            "mean_step_us": round(step_us, 1),  # over the analysed steps (summary's mean)
             **({"summed_over_devices": scale} if scale > workers else {}),
         }
         yield self.finding(

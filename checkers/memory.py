@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..analyzer.analysis.stepmemory import step_rise_peaks
 from ..analyzer.model import Run
 from ..analyzer.units import fmt_bytes
 from .base import Analysis, Checker, Finding, Severity, num, register
@@ -49,18 +50,27 @@ class MemoryPeak(Checker):
             return
         peaks = (mem.group_by("worker", "device", "allocator_name")
                  .agg(peak=pl.col("allocator_bytes_in_use").max(),
-                      peak_step=pl.col("step").sort_by("allocator_bytes_in_use").last())
-                 .filter(pl.col("peak") > 0)
+                      peak_step=pl.col("step").filter(pl.col("allocator_bytes_in_use") ==
+                                                      pl.col("allocator_bytes_in_use").max())
+                      .min())
+                 .filter(pl.col("peak") > 0))
+        rise = step_rise_peaks(a.run).select(
+            "worker", "allocator_name", in_step_peak="peak", in_step_peak_step="peak_step")
+        peaks = (peaks.join(rise, on=["worker", "allocator_name"], how="left")
                  .sort(["peak", "worker", "device", "allocator_name"],
                        descending=[True, False, False, False]))
         temps = (a.nodes.filter(pl.col("peak_bytes") > 0)
                  .sort(["peak_bytes", "name"], descending=[True, False]).head(5)
                  .select("name", "kernel", "peak_bytes", "requested_bytes"))
         top = peaks.row(0, named=True)
+        rise_text = "" if top["in_step_peak"] is None else (
+            f"; allocated within a step, above what was in use when it began: at most "
+            f"{fmt_bytes(top['in_step_peak'])} (step {top['in_step_peak_step']}, the "
+            "allocation records, as the report and timeline draw them)")
         yield self.finding(
-            f"peak memory {fmt_bytes(top['peak'])} in allocator {top['allocator_name']} on "
-            f"{top['device']} (step {top['peak_step']}); largest allocator of "
-            f"{peaks.height}",
+            f"peak memory in use {fmt_bytes(top['peak'])} in allocator {top['allocator_name']}"
+            f" on {top['device']} (step {top['peak_step']}, the allocator's bytes in use as "
+            f"ops recorded them){rise_text}; largest allocator of {peaks.height}",
             where={"worker": top["worker"], "device": top["device"],
                    "step": top["peak_step"]},
             evidence={"allocators": peaks.to_dicts(), "largest_ops": temps.to_dicts()},
@@ -68,19 +78,11 @@ class MemoryPeak(Checker):
                        "precision or gradient checkpointing if the peak limits the batch.",
         )
 
-
     def _from_allocations(self, a: Analysis) -> Iterable[Finding]:
         """Peak bytes allocated within a step, per allocator: the running sum of its
         allocation records (+ allocated, - freed) from the step's start, as the report's
-        memory chart draws them."""
-        key = ["worker", "allocator_name", "step"]
-        per_step = (a.run.allocations.sort(*key, "alloc_us")
-                    .with_columns(level=pl.col("alloc_bytes").cum_sum().over(key))
-                    .group_by(key).agg(peak=pl.col("level").max()))
-        peaks = (per_step.group_by("worker", "allocator_name")
-                 .agg(peak_step=pl.col("step").sort_by("peak").last(),
-                      peak=pl.col("peak").max(), steps=pl.len())
-                 .filter(pl.col("peak") > 0)
+        memory chart and the timeline's counters draw them (analysis.stepmemory)."""
+        peaks = (step_rise_peaks(a.run).filter(pl.col("peak") > 0)
                  .sort(["peak", "worker", "allocator_name"], descending=[True, False, False]))
         if not peaks.height:
             return

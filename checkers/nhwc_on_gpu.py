@@ -36,12 +36,14 @@ class NhwcOnGpu(Checker):
     def check(self, a: Analysis) -> Iterable[Finding]:
         on_gpu = pl.col("device").str.contains("gpu")
         formats = a.run.graph_nodes.filter(pl.col("data_format").is_not_null()).select(
-            "worker", "name", "data_format").unique(subset=["worker", "name"])
+            "worker", "name", "data_format").unique(subset=["worker", "name"], keep="first",
+                                                    maintain_order=True)
         nhwc = (
             a.nodes.filter(on_gpu.fill_null(False) & pl.col("kernel").str.contains(LAYOUT_OPS))
             .join(formats, on=["worker", "name"])
             .filter(pl.col("data_format").str.starts_with("NHWC")
                     | pl.col("data_format").str.starts_with("NDHWC"))
+            .sort(["micros", "name"], descending=[True, False])  # the same order every run
         )
         if nhwc.height:
             us = float(nhwc["micros"].sum())
@@ -49,8 +51,7 @@ class NhwcOnGpu(Checker):
                 f"{nhwc.height} convolution/pooling ops run on GPU in NHWC layout "
                 f"({fmt_us(us)} per step, {pct(a.per_worker_step(us))} of the step)",
                 where={"device": nhwc["device"][0], "op": nhwc["kernel"][0]},
-                evidence={"ops": nhwc.sort(["micros", "name"], descending=[True, False])
-                          .head(10).select("name", "kernel", "data_format", "micros")
+                evidence={"ops": nhwc.head(10).select("name", "kernel", "data_format", "micros")
                           .to_dicts()},
                 suggestion='Use data_format="NCHW" (channels_first) for GPU convolutions.',
                 impact=a.per_worker_step(us),
@@ -60,7 +61,7 @@ class NhwcOnGpu(Checker):
             & pl.col("device").str.contains("gpu"))
         if transposes.height:
             per_step = transposes.group_by("step").agg(
-                pl.col("op_end_rel_ns").sum() / 1000)["op_end_rel_ns"].mean()
+                pl.col("op_end_rel_ns").sum() / 1000).sort("step")["op_end_rel_ns"].mean()
             us = num(per_step)
             names = transposes["node_name"].unique().sort()
             yield self.finding(

@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from ..analyzer.analysis.jaxscopes import fold_frame
-from ..analyzer.units import fmt_us
+from ..analyzer.units import device_label, fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
 # NVIDIA peak float ops per SM per clock cycle (FMA = 2), xprof's table
@@ -57,8 +57,9 @@ def op_work(a: Analysis, fold: bool = True) -> pl.DataFrame:
         bytes=pl.col("b") / pl.col("execs") * pl.col("n"))
     if not fold:
         return per.with_columns(known=pl.col("bytes").is_not_null())
-    per = fold_frame(per, "node_name")
-    return (per.group_by("worker", "device", "scope", "direction")
+    # Float sums in a stable order: the same run gives the same bytes (issue 31).
+    per = fold_frame(per.sort("worker", "device", "node_name"), "node_name")
+    return (per.group_by("worker", "device", "scope", "direction", maintain_order=True)
             .agg(pl.col("ns", "flops", "bytes").sum(),
                  known=pl.col("bytes").is_not_null().all()))
 
@@ -104,8 +105,9 @@ class Roofline(Checker):
             got = peaks(row["compute_cap_major"] or 0, row["compute_cap_minor"] or 0,
                         row["clock_khz"] or 0, row["cores"] or 0)
             bw = row["memory_bandwidth"] or 0.0
-            mine = ops.filter((pl.col("worker") == row["worker"])  # the Run's are lower case
-                              & (pl.col("device") == str(row["device"]).lower()))
+            row["device"] = device_label(str(row["device"]))  # the Run's spelling
+            mine = ops.filter((pl.col("worker") == row["worker"])
+                              & (pl.col("device") == row["device"]))
             if got is None or bw <= 0 or not mine.height:
                 continue
             finding = self._finding(a, row, got, bw, mine, steps)
@@ -132,7 +134,8 @@ class Roofline(Checker):
                  ops: pl.DataFrame, steps: int) -> Finding | None:
         peak, tf32, fp32, entry = got
         judged = self._judged(ops, peak, bw)
-        named = judged.filter(pl.col("kind").is_not_null()).sort("ns", descending=True)
+        named = judged.filter(pl.col("kind").is_not_null()).sort(  # ties: by name
+            ["ns", "scope", "direction"], descending=[True, False, False])
         us = num(named["ns"].sum()) / 1000.0 / steps
         share = a.per_step(us)
         if share < INFO_SHARE:

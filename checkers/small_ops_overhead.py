@@ -59,7 +59,8 @@ class SmallOpsOverhead(Checker):
         per_step = (k.group_by(by).agg(kernels=pl.len(), tiny=(us < TINY_US).sum(),
                                        tiny_us=us.filter(us < TINY_US).sum(),
                                        median_us=us.median())
-                    .join(between, on=by, how="left").fill_null(0))
+                    .join(between, on=by, how="left").fill_null(0)
+                    .sort(by))  # means over steps in a stable order: the same bytes every run
         for (worker, device), t in per_step.group_by("worker", "device", maintain_order=True):
             n, median = num(t["kernels"].mean()), num(t["median_us"].median())
             if n < MIN_KERNELS or median >= TINY_US:
@@ -100,7 +101,7 @@ class SmallOpsOverhead(Checker):
         us = pl.col("op_end_rel_ns") / 1000.0
         per_step = execs.group_by("worker", "step").agg(
             executions=pl.len(), tiny=(us < TINY_US).sum(), tiny_us=us.filter(us < TINY_US).sum(),
-            median_us=us.median())
+            median_us=us.median()).sort("worker", "step")
         n = num(per_step["executions"].mean())
         if n < MIN_EXECUTIONS:
             return

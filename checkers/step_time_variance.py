@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from ..analyzer.analysis.steps import median_step_us
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
@@ -49,7 +50,9 @@ class StepTimeVariance(Checker):
             if t.height < MIN_STEPS:
                 continue
             t = t.with_columns(z=modified_z(pl.col("us")))
-            median = num(t["us"].median())
+            # The median step the header and summary print (outliers left out), said once.
+            analysed = a.step_times.filter(pl.col("worker") == worker).height
+            median = median_step_us(a.run, worker) or num(t["us"].median())
             slow = t.filter((pl.col("z") > Z_OUTLIER) & (pl.col("us") >= MIN_RATIO * median)
                             ).sort(["us", "step"], descending=[True, False])
             cv = num(t["us"].std()) / (num(t["us"].mean()) or 1.0)
@@ -60,8 +63,8 @@ class StepTimeVariance(Checker):
                 yield self.finding(
                     f"{slow.height} straggler step(s) on {worker}: step "
                     f"{slow['step'][0]} took {fmt_us(slow['us'][0])}, "
-                    f"{slow['us'][0] / median:.1f}x the median {fmt_us(median)} "
-                    f"({pct(lost_share)} of the run's time lost)",
+                    f"{slow['us'][0] / median:.1f}x the median step {fmt_us(median)} "
+                    f"of the {analysed} analysed ({pct(lost_share)} of the run's time lost)",
                     severity=Severity.WARNING if lost_share >= WARNING_LOST else Severity.INFO,
                     where={"worker": worker, "step": int(slow["step"][0])},
                     evidence={"median_us": round(median, 1), "cv": round(cv, 3),

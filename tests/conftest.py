@@ -59,6 +59,7 @@ def _isolated_user_cache(tmp_path, tmp_path_factory, monkeypatch):
     run takes it off (`monkeypatch.delenv`) on a copy in its tmp dir."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     monkeypatch.setenv("RUNLENS_CACHE_DIR", str(tmp_path_factory.mktemp("runlens-cache")))
+    monkeypatch.delenv("COLUMNS", raising=False)  # text output as piped, whatever the shell
 
 
 @pytest.fixture

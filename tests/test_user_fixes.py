@@ -93,9 +93,10 @@ def test_unknown_input_error_is_one_short_line(tmp_path):
 
 
 def test_memory_peak_of_allocations_on_the_cpu_fixture_unchanged():
-    """Run dirs with per-op memory keep the per-op rule (the golden file's numbers)."""
+    """Run dirs with per-op memory keep the per-op rule (the golden file's numbers), said
+    as bytes in use, the rise within a step beside it (issue 31 point 5)."""
     out = run_cli(["advise", FIXTURES / "cnn", "--no-cache"]).output
-    assert "peak memory 1.31MB in allocator mklcpu" in out
+    assert "peak memory in use 1.31MB in allocator mklcpu" in out
 
 
 def test_not_a_profile_names_the_path_first(tmp_path):

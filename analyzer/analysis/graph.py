@@ -17,6 +17,7 @@ import polars as pl
 
 from ..grouping import combine, shared_codes
 from ..model import Run, kernel_label_expr
+from .steps import step_times
 
 
 def edges(run: Run) -> pl.DataFrame:
@@ -125,7 +126,7 @@ class CriticalPath:
     ops: pl.DataFrame  # one row per execution on the path, in order (see critical_path)
     length_ns: int  # sum of the path's op times
     span_ns: int  # from the first op's start to the last op's end
-    step_ns: int
+    step_ns: int  # the step's time (analysis.steps.step_times), as summary gives it
 
     @property
     def share(self) -> float:
@@ -453,8 +454,10 @@ def step_critical_paths(run: Run, steps: list[int], worker: str | None = None
     worker = worker or run.workers[0]
     x = _executions(run, steps, worker)
     paths = _path_executions(run, x) if x.height else x.with_columns(wait_ns=pl.lit(0))
-    spans = dict(x.group_by("step").agg(pl.col("end_ns").max() - pl.col("start_ns").min())
-                 .iter_rows())
+    # The step's time is the one every output cites (analysis.steps), not the span of
+    # the executions a path may follow.
+    spans = dict(step_times(run).filter(pl.col("worker") == worker)
+                 .select("step", "duration_ns").iter_rows())
     by_step = {key[0]: part.drop("worker", "step")
                for key, part in paths.partition_by("step", as_dict=True).items()}
     empty = paths.clear().drop("worker", "step")

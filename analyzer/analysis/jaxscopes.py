@@ -124,7 +124,7 @@ def fold_frame(frame: pl.DataFrame, column: str = "name") -> pl.DataFrame:
     names = frame.get_column(column).unique()
     table = pl.DataFrame({column: names}).with_columns(
         fold_series(names).alias("folded")).unnest("folded")
-    return frame.join(table, on=column, how="left", nulls_equal=True)
+    return frame.join(table, on=column, how="left", nulls_equal=True, maintain_order="left")
 
 
 def folded(frame: pl.DataFrame, column: str) -> pl.DataFrame:

@@ -210,8 +210,10 @@ def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, 
     totals are its own numbers if it is accounted, plus the totals of everything below.
     """
     metrics = tree_metrics(items)
-    items = items.with_columns(key=pl.col("path").list.join(sep))
-    items = items.group_by("key").agg(
+    # Float sums depend on their order: items in a stable order, so that the same run
+    # gives the same bytes whatever order its rows were made in (issue 31).
+    items = items.with_columns(key=pl.col("path").list.join(sep)).sort("key", *metrics)
+    items = items.group_by("key", maintain_order=True).agg(
         pl.col("path").first(),
         pl.col("types").list.explode(keep_nulls=False, empty_as_null=False).unique(),
         *[pl.col(m).sum() for m in metrics],

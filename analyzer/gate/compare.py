@@ -214,7 +214,7 @@ def prepare(base: Samples, new: Samples, keep_outliers: bool, normalize: bool,
         base, run_factors = normalize_runs(base)
     for side, steps in excluded.items():
         warnings.append(f"{side}: left out {len(steps)} warm-up/outlier step(s) "
-                        f"({', '.join(steps)}); --keep-outliers keeps them")
+                        f"({', '.join(steps)}); --include-warmup keeps them")
     return Prepared(base, new, excluded, outliers, k_runs, run_factors, new_runs)
 
 

@@ -6,6 +6,7 @@ import json
 
 from ..analysis.graph import CriticalPath
 from ..units import fmt_us
+from .textcut import distinct_cuts
 
 
 def critical_path_text(cp: CriticalPath) -> str:
@@ -15,8 +16,8 @@ def critical_path_text(cp: CriticalPath) -> str:
         f"({fmt_us(cp.step_ns / 1000)}); spans {fmt_us(cp.span_ns / 1000)}",
         f"{'op':<60} {'kernel':<36} {'time':>9} {'waited':>9}",
     ]
-    for r in cp.ops.iter_rows(named=True):
-        name = r["node_name"] if len(r["node_name"]) <= 60 else "…" + r["node_name"][-59:]
+    names = distinct_cuts(cp.ops.get_column("node_name").to_list(), 60)
+    for name, r in zip(names, cp.ops.iter_rows(named=True), strict=True):
         lines.append(f"{name:<60} {r['kernel']:<36} {fmt_us(r['busy_ns'] / 1000):>9} "
                      f"{fmt_us(r['wait_ns'] / 1000):>9}")
     lines.append("waited: time between the previous op's end and this op's start that the "

@@ -28,7 +28,7 @@ def _evidence_lines(evidence: dict[str, Any], width: int = 100) -> list[str]:
                 text += f"; ... ({len(value)} in all)"
         else:
             text = _compact(value, key)
-        lines.extend(textwrap.wrap(f"{key}: {text}", width, initial_indent="      ",
+        lines.extend(textwrap.wrap(f"{_label(key)}: {text}", width, initial_indent="      ",
                                    subsequent_indent="        "))
     return lines
 
@@ -39,11 +39,25 @@ _BYTES_KEY = re.compile(r"(^|_)bytes(_|$)|(^|_)peak$")
 _SHARE_KEY = re.compile(r"(^|_)share(_|$)")
 
 
+def _label(key: str) -> str:
+    """An evidence key as the text shows it: a time key without its unit (`_us`,
+    `micros`), since its value is printed in human units (`op_time_us_per_step: 1.05s`
+    read as microseconds); JSON keeps the key."""
+    if not _TIME_KEY.search(key):
+        return key
+    words = [w for w in key.split("_") if w not in ("us", "micros")]
+    if not words or words[0] == "per":
+        words.insert(0, "time")
+    if words[-1] == "step" and "time" not in words:
+        words.append("time")
+    return "_".join(words)
+
+
 def _compact(value: Any, key: str = "") -> str:
     """An evidence value in human units, chosen by its key's name: times (`*_us`,
     `micros*`), bytes, shares (as %); other numbers without scientific notation."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_compact(v, k)}" for k, v in value.items())
+        return ", ".join(f"{_label(k)}={_compact(v, k)}" for k, v in value.items())
     if isinstance(value, list | tuple):
         return "/".join(_compact(v, key) for v in value)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -58,8 +72,10 @@ def _compact(value: Any, key: str = "") -> str:
 
 
 def findings_text(findings: list[Any], meta: dict[str, Any]) -> str:
+    over = meta.get("median_over_steps", meta["steps"])
     lines = [f"runlens advise: {meta['run']} ({meta['steps']} steps, "
-             f"median step {fmt_us(meta['median_step_us'])})"]
+             f"median step {fmt_us(meta['median_step_us'])}"
+             + (f" over the {over} analysed" if over != meta["steps"] else "") + ")"]
     lines += [f"lacks {', '.join(what)}: {why}"
               for why, what in lacks_by_reason(meta.get("lacks", {})).items()]
     lines += [f"skipped {c['code']} {c['name']}: needs {c['reason']}"

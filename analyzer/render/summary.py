@@ -64,8 +64,8 @@ def summary_text(s: dict) -> str:
                      "--include-warmup keeps them; rule: docs/ci.md)")
     for why, what in lacks_by_reason(s.get("lacks", {})).items():
         lines.append(f"lacks      {', '.join(what)}: {why}")
-    for w in s["warnings"]:
-        lines.append(f"warning: {w}")
+    # The run's warnings are printed once, on stderr, when it is loaded (the JSON keeps
+    # them as data).
     return "\n".join(lines) + "\n"
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 from ..analysis.views import ALL_METRICS, PASS_METRICS, TREE_KINDS, View, tree_metrics
 from ..units import fmt_bytes, fmt_count, fmt_us
+from .textcut import MIN_NAME, distinct_cuts, text_columns
 
 SCHEMA = 1
+NAME_WIDTH = 90  # the name column's width at most when output is piped (no COLUMNS)
 # select name -> (metric column, formatter, header)
 COLUMNS = {
     "micros": ("micros", fmt_us, "time"),
@@ -129,20 +131,21 @@ def view_text(view: View) -> str:
              "graph": "graph node", "code": "python code"}[view.kind]
     tree = view.kind in TREE_KINDS
     lines: list[str] = []
-    label_rows: list[tuple[str, dict[str, Any]]] = []
-    for r in view.rows.iter_rows(named=True):
-        indent = "  " * (int(r["depth"]) - 1) if tree else ""
-        label_rows.append((indent + str(r["name"]) + _kernel_note(view, r), r))
-    width = min(max([len(title)] + [len(label) for label, _ in label_rows]), 90)
+    rows = list(view.rows.iter_rows(named=True))
+    depths = [int(r["depth"]) - 1 if tree else 0 for r in rows]
+    names = [str(r["name"]) + _kernel_note(view, r) for r in rows]
+    passes = _has_passes(view)
+    rest = len(cols) * 28 + (24 if passes else 0)  # the metric cells after the name
+    width = _name_width(max([len(title)] + [2 * d + len(n) for d, n in zip(
+        depths, names, strict=True)]), rest)
+    label_rows = list(zip(_labels(names, depths, width), rows, strict=True))
     head = f"{title:<{width}}"
     for _, _, name in cols:
         head += f"  {name + (' (total/self)' if tree else ''):>26}"
-    passes = _has_passes(view)
     if passes:
         head += f"  {'forward/backward':>22}"
     lines.append(head)
-    for label, r in label_rows:
-        text = label if len(label) <= width else label[: width - 1] + "…"
+    for text, r in label_rows:
         line = f"{text:<{width}}"
         for metric, fmt, _ in cols:
             total = view.root.get(metric) or 0
@@ -160,6 +163,26 @@ def view_text(view: View) -> str:
     lines.append(f"total ({step}): {totals}; {len(label_rows)} rows")
     lines.extend(f"note: {n}" for n in view.notes)
     return "\n".join(lines) + "\n"
+
+
+def _name_width(longest: int, rest: int) -> int:
+    """The name column: as wide as the longest label, at most what the terminal leaves
+    beside the metric cells (`COLUMNS`), or NAME_WIDTH when output is piped."""
+    columns = text_columns()
+    room = NAME_WIDTH if columns is None else max(MIN_NAME, columns - rest)
+    return min(longest, room)
+
+
+def _labels(names: list[str], depths: list[int], width: int) -> list[str]:
+    """Each row's label (indented by depth) in `width` characters: names cut in the
+    middle, never two distinct names of one depth to the same cut."""
+    out = [""] * len(names)
+    for depth in sorted(set(depths)):
+        at = [i for i, d in enumerate(depths) if d == depth]
+        room = max(width - 2 * depth, MIN_NAME // 2)
+        for i, cut in zip(at, distinct_cuts([names[i] for i in at], room), strict=True):
+            out[i] = "  " * depth + cut
+    return out
 
 
 def _has_passes(view: View) -> bool:

@@ -138,8 +138,9 @@ def run_body(d: dict[str, Any]) -> str:
                                        if len(cp["ops"]) < cp["ops_total"] else ""))
     mem = d["memory"]
     mem_intro = "" if mem.get("missing") else escape(
-        f"Bytes in use per allocator through step {mem['step']} (the median step), from "
-        "the allocation records; peaks: " + ", ".join(
+        f"Bytes allocated per allocator since step {mem['step']} (the median step) "
+        "began, from the allocation records: the rise above what was in use when the step "
+        "began, not the allocator's bytes in use; peaks: " + ", ".join(
             f"{s['allocator']} {fmt_bytes(max(b for _, b in s['points']))}"
             for s in mem["series"]) + ".")
     n_findings = len(d["findings"])

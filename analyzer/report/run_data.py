@@ -19,6 +19,7 @@ import polars as pl
 from ..analysis.graph import critical_path, no_dataflow
 from ..analysis.nodestats import node_stats
 from ..analysis.runsummary import summary as run_summary
+from ..analysis.stepmemory import rise_levels
 from ..analysis.steps import median_step, step_times
 from ..analysis.stepselect import StepChoice, analysed
 from ..analysis.views import VIEWS, ViewOptions
@@ -157,24 +158,19 @@ def critical_path_section(run: Run) -> dict[str, Any]:
 
 
 def memory_section(run: Run) -> dict[str, Any]:
-    """Bytes in use per allocator over the median step, from the allocation records
-    (cumulative within the step, as the timeline's memory counters)."""
+    """Bytes allocated per allocator since the median step began, from the allocation
+    records (the rise within the step: analysis.stepmemory, as the timeline's memory
+    counters and RL110 give it)."""
     if not run.steps:
         return {"missing": "No steps in this source."}
     step = median_step(run)
-    a = (run.allocations.lazy().filter((pl.col("step") == step) & (pl.col("alloc_us") > 0))
-         .select("worker", "allocator_name", "alloc_us", "alloc_bytes").collect())
-    if not a.height:
+    levels = rise_levels(run).filter(pl.col("step") == step).collect()
+    if not levels.height:
         return {"missing": "No memory over time: the source has no allocation records."}
     start_us = step_times(run).filter(pl.col("step") == step)["start_ns"].min()
-    t0 = int(start_us) // 1000 if start_us is not None else int(a["alloc_us"].min())  # type: ignore[arg-type]
+    t0 = int(start_us) // 1000 if start_us is not None else int(levels["alloc_us"].min())  # type: ignore[arg-type]
     key = ["worker", "allocator_name"]
-    curve = (
-        a.sort(*key, "alloc_us")
-        .with_columns(bytes=pl.col("alloc_bytes").cum_sum().over(key),
-                      t_ms=(pl.col("alloc_us") - t0) / 1000.0)
-        .group_by(*key, "t_ms", maintain_order=True).agg(pl.col("bytes").last())
-    )
+    curve = levels.select(*key, bytes="level", t_ms=(pl.col("alloc_us") - t0) / 1000.0)
     span = pl.col("t_ms").max().over(key) - pl.col("t_ms").min().over(key)
     bucket = ((pl.col("t_ms") - pl.col("t_ms").min().over(key)) * MEMORY_POINTS
               // (span + 1e-9)).cast(pl.Int64)

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from ..analysis.graph import edge_pairs, edges, node_ids
+from ..analysis.steps import step_times
 from ..background import Background
 from ..model import Run
 from . import events, flows, lanes, memory, trace_events
@@ -50,7 +51,7 @@ def _build(run: Run, options: TimelineOptions, pool: Background) -> Trace:
         e = edges(run)
         nid, ids = node_ids(nodes)
     outputs = pool.submit(events.outputs, run, subset, ex)
-    step_rows = events.step_rows(ex)
+    step_rows = events.timed_steps(events.step_rows(ex), step_times(run))
     # The run's workers: those of the chosen executions when they are all of the run's.
     workers = (step_rows["worker"].unique().sort().to_list() if subset is None
                else run.workers)

@@ -206,6 +206,18 @@ def step_rows(ex: Executions) -> pl.DataFrame:
     )
 
 
+def timed_steps(rows: pl.DataFrame, times: pl.DataFrame) -> pl.DataFrame:
+    """step_rows with each step's span as analysis.steps gives it (`times`: step_times),
+    so the Steps slice is the step time summary and advise print (an XSpace step marker's
+    span, not its executions'); whole microseconds, as the op events."""
+    spans = times.select("worker", "step", start_us=pl.col("start_ns") // 1000,
+                         end_us=pl.col("end_ns") // 1000)
+    return (rows.join(spans, on=["worker", "step"], how="left", maintain_order="left")
+            .with_columns(ts=pl.coalesce("start_us", "ts"), end=pl.coalesce("end_us", "end"))
+            .with_columns(dur=pl.col("end") - pl.col("ts"))
+            .drop("start_us", "end_us"))
+
+
 def on_lanes(ex: Executions, kinds: list[str], *columns: np.ndarray) -> list[np.ndarray]:
     """The rows of executions on lanes of `kinds`, their codes, and `columns` at those rows
     (the columns themselves when every row is on such a lane, as in most runs)."""

@@ -1,5 +1,6 @@
-"""The timeline's memory counters: bytes in use per allocator, cumulative within each
-step, thinned to a maximum number of points per step."""
+"""The timeline's memory counters: bytes allocated per allocator since the step began (the
+rise within the step, analysis.stepmemory), cumulative within each step, thinned to a
+maximum number of points per step."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .model import Part
 
 def counters(run: Run, steps: list[int] | None, points: int
               ) -> tuple[pl.DataFrame, Texts]:
-    """Bytes in use per allocator from the allocation records, cumulative within each step
+    """Bytes allocated per allocator from the allocation records, cumulative within each step
     (a step's records start from what it allocates), one value per timestamp; a step with
     more than `points` of them keeps the maximum of each of `points` time buckets and the
     last value. `name` indexes the allocator names (JSON strings) returned with the frame."""

@@ -81,7 +81,8 @@ def flow_rows(frame: pl.DataFrame, names: Texts, ph: str) -> Rows:
 
 def counter_rows(frame: pl.DataFrame, names: Texts) -> Rows:
     """Memory counters ("ph": "C", "cat": "Memory"): per row the allocator (its name in
-    `names`), pid, ts and bytes in use."""
+    `names`), pid, ts and the bytes allocated since the step began (the rise within the
+    step, analysis.stepmemory: not the allocator's bytes in use, so the series says so)."""
     return Rows(frame, ['{"ph":"C","cat":"Memory","name":', Text("name", names),
                         ',"pid":', Int("pid"), ',"tid":0,"ts":', Int("ts"),
-                        ',"args":{"bytes":', Int("value"), "}}"])
+                        ',"args":{"allocated_since_step_start":', Int("value"), "}}"])
