@@ -7,7 +7,9 @@ from typing import Any
 
 import polars as pl
 
+from ..analyzer.analysis import tfdata
 from ..analyzer.analysis.graph import no_dataflow
+from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
 from .intervals import merged_busy
 
@@ -44,8 +46,24 @@ class InputBound(Checker):
     severity_note = f"info when input takes less than {WARNING_SHARE:.0%} of the step"
 
     def check(self, a: Analysis) -> Iterable[Finding]:
-        rows = self._on_path(a) if no_dataflow(a.run) is None else self._op_time(a)
-        yield from self._finding(rows, on_path=no_dataflow(a.run) is None)
+        if tfdata.has_iterator(a.run):
+            yield from self._finding(a, self._iterator_wait(a), "iterator wait")
+            return
+        on_path = no_dataflow(a.run) is None
+        rows = self._on_path(a) if on_path else self._op_time(a)
+        yield from self._finding(a, rows, "critical path" if on_path else "op time")
+
+    def _iterator_wait(self, a: Analysis) -> list[dict[str, Any]]:
+        """TF2 profiles of tf.data: the training thread's waits for a batch
+        (`Iterator::Root` spans, merged per step) as a share of the step: xprof's input
+        time of the same events."""
+        busy = merged_busy(tfdata.iterator_waits(a.run), ["worker", "step"]).group_by(
+            "worker", "step").agg(input_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+        steps = a.step_times.join(busy, on=["worker", "step"], how="left")
+        return [{"step": r["step"], "input_ns": min(int(r["input_ns"] or 0),
+                                                   int(r["duration_ns"])),
+                 "step_ns": int(r["duration_ns"]), "ops": ["IteratorGetNext"]}
+                for r in steps.iter_rows(named=True) if r["duration_ns"]]
 
     def _on_path(self, a: Analysis) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
@@ -78,7 +96,8 @@ class InputBound(Checker):
                  "step_ns": int(r["duration_ns"]), "ops": r["ops"] or []}
                 for r in steps.iter_rows(named=True) if r["duration_ns"]]
 
-    def _finding(self, rows: list[dict[str, Any]], on_path: bool) -> Iterable[Finding]:
+    def _finding(self, a: Analysis, rows: list[dict[str, Any]], measured: str
+                 ) -> Iterable[Finding]:
         if not rows:
             return
         share = sum(r["input_ns"] for r in rows) / sum(r["step_ns"] for r in rows)
@@ -87,22 +106,36 @@ class InputBound(Checker):
         ops = sorted({op for r in rows for op in r["ops"]})
         severity = Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
         level = "highly input-bound" if severity is Severity.WARNING else "partly input-bound"
-        where_measured = ("on the critical path" if on_path else
-                          "(input ops' own time: no dataflow graph for a critical path)")
+        where_measured = _MEASURED[measured]
+        stage = tfdata.slowest_stage(a.run)
+        said = (f"; slowest tf.data stage {stage[0]} ({fmt_us(stage[1])} self time per step)"
+                if stage else "")
         yield self.finding(
             f"{level}: {pct(share)} of step time is spent waiting for input "
-            f"({', '.join(ops[:3])}) {where_measured}",
+            f"({', '.join(ops[:3])}) {where_measured}{said}",
             severity=severity,
             where={"op": ops[0] if ops else None},
             evidence={"input_share": round(share, 4), "steps_sampled": len(rows),
-                      "measured": "critical path" if on_path else "op time",
+                      "measured": measured,
+                      **({"slowest_stage": stage[0]} if stage else {}),
                       "input_us_per_step": round(sum(r["input_ns"] for r in rows)
                                                  / len(rows) / 1000, 1),
                       "per_step": [{"step": r["step"], "input_us": r["input_ns"] / 1000,
                                     "step_us": r["step_ns"] / 1000} for r in rows]},
-            suggestion="Overlap input with compute: dataset.prefetch(tf.data.AUTOTUNE); "
-                       "parallelize map with num_parallel_calls=tf.data.AUTOTUNE "
-                       "(tf.data.experimental.AUTOTUNE before TF 2.4); cache or pre-process "
-                       "data offline; avoid tf.py_function in the pipeline.",
+            suggestion=(_sentence(tfdata.pipeline_fix(a.run)) if stage else _FIX),
             impact=share,
         )
+
+
+_FIX = ("Overlap input with compute: dataset.prefetch(tf.data.AUTOTUNE); parallelize map "
+        "with num_parallel_calls=tf.data.AUTOTUNE (tf.data.experimental.AUTOTUNE before TF "
+        "2.4); cache or pre-process data offline; avoid tf.py_function in the pipeline.")
+_MEASURED = {
+    "critical path": "on the critical path",
+    "op time": "(input ops' own time: no dataflow graph for a critical path)",
+    "iterator wait": "(the training thread waiting in Iterator::Root, xprof's input time)",
+}
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
