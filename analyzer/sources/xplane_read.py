@@ -3,9 +3,11 @@
 What is an op (the rules of xprof's framework op stats, so that our per-op numbers are
 xprof's):
 - host planes (`/host:CPU`): events named `node:Type` (a TF op after Grappler; the type
-  an identifier starting upper case or '_'), and tf.data stages `Iterator::A::B` (type
-  "Dataset"); JAX/XLA CPU thunks (events with an `hlo_op` stat), named by the framework
-  op of their HLO instruction (see xplane_hlo);
+  an identifier starting upper case or '_'), tf.data stages `Iterator::A::B` (type
+  "Dataset"), TF2 eager ops `EagerLocalExecute: Type` (named `eager/Type`: xprof reads
+  none; the `EagerKernelExecute` inside is not an op, so it is not counted again; a
+  tf.function called eagerly is not an op either); JAX/XLA CPU thunks (events with an
+  `hlo_op` stat), named by the framework op of their HLO instruction (see xplane_hlo);
 - device planes (xplane_device): every event on a GPU's `Stream #N(...)` line (kernels,
   memsets, memcpys), tied to its XLA program's HLO instruction (xla_attribution) or to
   the TF op that launched it (`level 0` annotation); a TPU's `XLA Ops`.
@@ -39,6 +41,8 @@ _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 _TF_TYPE = re.compile(r"^[A-Z_][A-Za-z0-9_]*$")
 _TF_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9_.\\/>\-]*$")
 STEP_MARKERS = ("train", "Profiled batch")
+EAGER = "EagerLocalExecute: "  # TF2 eager: one op run on its own (`EagerLocalExecute: MatMul`)
+EAGER_SCOPE = "eager"  # the scope of eager ops' names (they have no graph node name)
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
 
 # Event kinds, per event metadata.
@@ -109,6 +113,13 @@ def parse_op_name(name: str) -> tuple[int, str, str]:
         return _MARKER, name, ""
     if name in _MEMORY_EVENTS:
         return _MEMORY, name, ""
+    if name.startswith(EAGER):
+        op_type = name[len(EAGER):]
+        # A tf.function called eagerly (`__inference_f_12`) is no op: its ops are counted
+        # where they ran; its event is the caller's wait for them.
+        if _TF_TYPE.match(op_type) and not op_type.startswith("__"):
+            return _TF_OP, f"{EAGER_SCOPE}/{op_type}", op_type
+        return _OTHER, name, ""
     if name.startswith("Iterator::"):
         # tf.data stages: '::' becomes '/', so the scope view nests a pipeline's stages.
         return _DATASET, name.replace("::", "/"), "Dataset"
