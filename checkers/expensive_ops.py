@@ -57,17 +57,16 @@ class ExpensiveOps(Checker):
             also.append(f"top code line {lines[0]['code']} {pct(lines[0]['micros'] / total_us)}")
         graph_types = [t for t in top["op_types"] if t != top["kernel"]]
         graph_note = f" (graph op type {', '.join(graph_types)})" if graph_types else ""
-        step_us = a.mean_step_us
-        parallel = ""
-        if step_us and total_us > step_us:
-            parallel = (f"; op time per step ({fmt_us(total_us)}) exceeds the step "
-                        f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
-                        "step add up to more than 100%")
+        # Markers that cover only the dispatch (sources/xplane_async.py) time no step.
+        timed = not (a.step_times["kind"] == "dispatch").any()
+        step_us = a.mean_step_us if timed else 0.0
+        parallel = _over_step(a, nodes, total_us, step_us)
         evidence = {
-            "kernels": [{**_row(r, total_us, a, "kernel"), "op_types": r["op_types"]}
+            "kernels": [{**_row(r, total_us, a, "kernel", timed), "op_types": r["op_types"]}
                         for r in kernels.iter_rows(named=True)],
-            "scopes": [_row(r, total_us, a, "scope") for r in scopes.iter_rows(named=True)],
-            "code_lines": [_row(r, total_us, a, "code") for r in lines],
+            "scopes": [_row(r, total_us, a, "scope", timed)
+                       for r in scopes.iter_rows(named=True)],
+            "code_lines": [_row(r, total_us, a, "code", timed) for r in lines],
             "op_time_us_per_step": total_us,
             "step_time_us": round(step_us, 1),
         }
@@ -81,14 +80,31 @@ class ExpensiveOps(Checker):
             suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
                        "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
                        "the other findings say why they are slow.",
-            impact=a.per_step(top["micros"]),
+            impact=a.per_step(top["micros"]) if timed else 0.0,  # no step: no share
         )
 
 
-def _row(r: dict, total_us: float, a: Analysis, key: str) -> dict:
-    return {key: r[key], "micros": r["micros"],
-            "share_of_op_time": round(r["micros"] / total_us, 4),
-            "share_of_step": round(a.per_step(r["micros"]), 4)}
+def _over_step(a: Analysis, nodes: pl.DataFrame, total_us: float, step_us: float) -> str:
+    """Why op time per step exceeds the step: on accelerators, ops ran in parallel
+    (streams); on a CPU, op times are wall times summed over the threads that ran them,
+    waiting for a core or a rendezvous included (the trace holds no core count)."""
+    if not step_us or total_us <= step_us:
+        return ""
+    said = (f"; op time per step ({fmt_us(total_us)}) exceeds the step ({fmt_us(step_us)})")
+    if float(nodes["accelerator_micros"].sum()):
+        return said + " because ops ran in parallel, so shares of the step add up to more " \
+                      "than 100%"
+    threads = a.run.threads.group_by("worker", "step").agg(n=pl.col("thread_id").n_unique())
+    n = int(threads.select(pl.col("n").max()).item() or 0) if threads.height else 0
+    return (said + f": it is summed over {n} concurrent threads, waits included (the "
+            "trace does not hold the core count), so shares of the step add up to more "
+            "than 100%")
+
+
+def _row(r: dict, total_us: float, a: Analysis, key: str, timed: bool = True) -> dict:
+    row = {key: r[key], "micros": r["micros"],
+           "share_of_op_time": round(r["micros"] / total_us, 4)}
+    return {**row, "share_of_step": round(a.per_step(r["micros"]), 4)} if timed else row
 
 
 def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:

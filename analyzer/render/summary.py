@@ -51,7 +51,9 @@ def summary_text(s: dict) -> str:
 
 # What the step time measures (analysis.steps.step_times' `kind`).
 _KIND_SAID = {"marker": "  (host: the step marker's span)",
-              "device": "  (device: the step's device work)"}
+              "device": "  (device: the step's device work)",
+              "work": "  (the step's work: its marker covers only the dispatch)",
+              "dispatch": "  (the markers' spans: dispatch only, not step times)"}
 
 
 def _ranges(steps: list[int]) -> str:

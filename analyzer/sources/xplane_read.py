@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from .. import schema
-from . import xplane_wire
+from . import xplane_async, xplane_wire
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
 from .xplane_wire import ABSENT, OTHER, Line, Lines, Plane
@@ -59,6 +59,7 @@ class Ops:
     dur_ps: list[np.ndarray] = field(default_factory=list)
     self_ps: list[np.ndarray] = field(default_factory=list)
     group: list[np.ndarray] = field(default_factory=list)
+    run: list[np.ndarray] = field(default_factory=list)  # XLA run_id (or NO_RUN)
     name: list[np.ndarray] = field(default_factory=list)  # index into `names`
     names: list[tuple[str, str]] = field(default_factory=list)  # (node_name, op_type)
     name_ids: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -79,7 +80,8 @@ class Ops:
         return self.lanes.index(lane)
 
     def add(self, lane: int, thread: int | np.ndarray, start: np.ndarray, dur: np.ndarray,
-            own: np.ndarray, name: np.ndarray, group: np.ndarray) -> None:
+            own: np.ndarray, name: np.ndarray, group: np.ndarray,
+            run: np.ndarray | None = None) -> None:
         self.lane.append(np.full(len(start), lane, np.int32))
         self.thread.append(np.full(len(start), thread, np.int32))
         self.start_ps.append(start)
@@ -87,6 +89,8 @@ class Ops:
         self.self_ps.append(own)
         self.name.append(name)
         self.group.append(group)
+        self.run.append(np.full(len(start), xplane_async.NO_RUN, np.int64) if run is None
+                        else run)
 
 
 @dataclass
@@ -252,6 +256,14 @@ def _groups(line: Line | Lines, group_stat: int | None, index: np.ndarray) -> np
     return np.where((g == ABSENT) | (g == OTHER), -1, g)
 
 
+def _run_ids(line: Line | Lines, run_stat: int | None, index: np.ndarray) -> np.ndarray:
+    """XLA's run_id of each event (xplane_async.NO_RUN where it has none)."""
+    if run_stat is None:
+        return np.full(len(index), xplane_async.NO_RUN, np.int64)
+    r = line.stats[run_stat][index]
+    return np.where((r == ABSENT) | (r == OTHER), xplane_async.NO_RUN, r)
+
+
 def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp],
                jobs: int) -> None:
     kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
@@ -261,11 +273,11 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                         else -1 for i in ids], dtype=np.int64)
     get = plane.stat_ids.get
     hlo_stat, program_stat = get("hlo_op"), get("program_id")
-    group_stat, step_stat = get("group_id"), get("step_num")
+    group_stat, step_stat, run_stat = get("group_id"), get("step_num"), get("run_id")
     lane = ops.lane_id(HOST_LANE)
     signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
                       for i in ids], dtype=np.int64)
-    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
+    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num", "run_id",
                      "allocation_bytes", "requested_bytes", "allocator_name")
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
     # hlo_op stat: then all).
@@ -299,7 +311,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
         if len(index):
             start, dur, threads = start_ps[index], line.dur[index], thread[index]
             ops.add(lane, threads, start, dur, self_times(start, dur, threads), node[index],
-                    _groups(line, group_stat, index))
+                    _groups(line, group_stat, index), _run_ids(line, run_stat, index))
             for t in np.unique(threads).tolist():
                 ops.threads[(HOST_LANE, t)] = line.names[t - line.first]
         for m in np.flatnonzero(code == _MARKER).tolist():
@@ -391,15 +403,28 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
+def _steps(ops: Ops, extra: Extra, start: np.ndarray, on_device: np.ndarray,
+           lane: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]], str]:
+    """steps_and_spans, with the kind of the spans ("device", "marker"); markers that
+    cover only the dispatch are rebound to their work (xplane_async, said in a warning)."""
+    dur, group = _cat(ops.dur_ps, np.int64), _cat(ops.group, np.int64)
+    step, spans = steps_and_spans(start, dur, group, on_device, lane, extra.markers)
+    if np.any(on_device & (group >= 0)):
+        return step, spans, "device"
+    rebound = xplane_async.rebind(extra.markers, start, dur, _cat(ops.run, np.int64), step)
+    if rebound is None:
+        return step, spans, "marker"
+    extra.warnings.append(rebound.note)
+    return rebound.step, rebound.spans, rebound.kind
+
+
 def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
     column = _cat
     lane = column(ops.lane, np.int64)
     on_device = np.array([ln != HOST_LANE for ln in ops.lanes] or [False])[lane]
-    step, spans = steps_and_spans(start, column(ops.dur_ps, np.int64),
-                                  column(ops.group, np.int64), on_device, lane,
-                                  extra.markers)
+    step, spans, span_kind = _steps(ops, extra, start, on_device, lane)
     # One key per (lane, name).
     n_names = max(len(ops.names), 1)
     uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
@@ -463,8 +488,7 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations,
-            "step_spans": step_spans(
-                spans, "device" if np.any(on_device & (column(ops.group, np.int64) >= 0))
-                else "marker", step, start, column(ops.dur_ps, np.int64), on_device),
+            "step_spans": step_spans(spans, span_kind, step, start,
+                                     column(ops.dur_ps, np.int64), on_device),
             "attribution": attribution(extra.attribution),
             "timing": pl.DataFrame({"rules": ["xprof"]}, schema=schema.TIMING_SCHEMA)}
