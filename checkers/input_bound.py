@@ -47,23 +47,55 @@ class InputBound(Checker):
 
     def check(self, a: Analysis) -> Iterable[Finding]:
         if tfdata.has_iterator(a.run):
-            yield from self._finding(a, self._iterator_wait(a), "iterator wait")
+            rows, outside_ns = self._iterator_wait(a)
+            yield from self._finding(a, rows, "iterator wait")
+            yield from self._outside(a, rows, outside_ns)
             return
         on_path = no_dataflow(a.run) is None
         rows = self._on_path(a) if on_path else self._op_time(a)
         yield from self._finding(a, rows, "critical path" if on_path else "op time")
 
-    def _iterator_wait(self, a: Analysis) -> list[dict[str, Any]]:
+    def _iterator_wait(self, a: Analysis) -> tuple[list[dict[str, Any]], int]:
         """TF2 profiles of tf.data: the training thread's waits for a batch
-        (`Iterator::Root` spans, merged per step) as a share of the step: xprof's input
-        time of the same events."""
-        busy = merged_busy(tfdata.iterator_waits(a.run), ["worker", "step"]).group_by(
-            "worker", "step").agg(input_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+        (`Iterator::Root` spans within the step's span, merged per step) as a share of
+        the step: xprof's input time of the same events; and the wait outside the steps
+        (ns)."""
+        waits, outside_ns = tfdata.clipped_waits(a.run, a.step_times)
+        busy = merged_busy(waits, ["worker", "step"]).group_by("worker", "step").agg(
+            input_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
         steps = a.step_times.join(busy, on=["worker", "step"], how="left")
-        return [{"step": r["step"], "input_ns": min(int(r["input_ns"] or 0),
-                                                   int(r["duration_ns"])),
+        return [{"step": r["step"], "input_ns": int(r["input_ns"] or 0),
                  "step_ns": int(r["duration_ns"]), "ops": ["IteratorGetNext"]}
-                for r in steps.iter_rows(named=True) if r["duration_ns"]]
+                for r in steps.iter_rows(named=True) if r["duration_ns"]], outside_ns
+
+    def _outside(self, a: Analysis, rows: list[dict[str, Any]], outside_ns: int
+                 ) -> Iterable[Finding]:
+        """The batch fetched outside the step markers: the steps look fast while the
+        training loop waits between them, which no share of a step shows."""
+        t = a.step_times
+        if not rows or not t.height:
+            return
+        wall = int(t.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item())
+        share = outside_ns / wall if wall else 0.0
+        if share < INFO_SHARE:
+            return
+        severity = Severity.WARNING if share >= WARNING_SHARE else Severity.INFO
+        stage = tfdata.slowest_stage(a.run)
+        yield self.finding(
+            f"the training loop waits for input outside the step markers: "
+            f"{fmt_us(outside_ns / 1000 / len(rows))} per step, {pct(share)} of the time "
+            "from the first marker to the last, in no step's time (the markers leave out "
+            "next(iterator))",
+            severity=severity, where={"op": "IteratorGetNext"},
+            evidence={"outside_steps_share": round(share, 4),
+                      "outside_us_per_step": round(outside_ns / 1000 / len(rows), 1),
+                      "steps_sampled": len(rows), "measured": "iterator wait",
+                      **({"slowest_stage": stage[0]} if stage else {})},
+            suggestion="Put next(iterator) inside the step (or pass the iterator into the "
+                       "tf.function) so that step times hold the wait; then: "
+                       + _sentence(tfdata.pipeline_fix(a.run)),
+            impact=0.0,  # no share of a step: the wait lies in none
+        )
 
     def _on_path(self, a: Analysis) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -32,6 +32,23 @@ def iterator_waits(run: Run) -> pl.DataFrame:
                                      end_ns=pl.col("start_ns") + pl.col("all_end_rel_ns"))
 
 
+def clipped_waits(run: Run, steps: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The waits within each step's span (`steps`: worker, step, start_ns, end_ns, as
+    analysis.steps.step_times), as worker, step, start_ns, end_ns; and the wait outside
+    every step (ns: before or between step markers, where the user's loop fetched the
+    batch outside the marker), which is no share of any step."""
+    waits = iterator_waits(run)
+    total = int((waits["end_ns"] - waits["start_ns"]).sum()) if waits.height else 0
+    inside = (waits.join(steps.select("worker", "step", lo="start_ns", hi="end_ns"),
+                         on=["worker", "step"], how="inner")
+              .with_columns(start_ns=pl.max_horizontal("start_ns", "lo"),
+                            end_ns=pl.min_horizontal("end_ns", "hi"))
+              .filter(pl.col("end_ns") > pl.col("start_ns"))
+              .select("worker", "step", "start_ns", "end_ns"))
+    kept = int((inside["end_ns"] - inside["start_ns"]).sum()) if inside.height else 0
+    return inside, total - kept
+
+
 def slowest_stage(run: Run) -> tuple[str, float] | None:
     """The tf.data stage (`Iterator::...` name) with the most self time, and its time in
     us per analysed step; None without stages."""
