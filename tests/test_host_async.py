@@ -88,10 +88,18 @@ def test_markers_that_hold_their_work_are_left_alone() -> None:
 
 
 def test_host_fixtures_are_analysed_never_exit_3() -> None:
-    """Eager ops only, markers without work, work without markers (Keras's own
-    TensorBoard callback writes no `train` marker): every command gives an answer."""
+    """Eager ops only, markers without work (dispatch-only), work without markers: every
+    command gives an answer; a profile of markers and no op at all says so in one line."""
     for name in ("host_eager", "host_jax_async", "host_jax_dispatch", "host_input_keras"):
         for command in (["summary"], ["advise"], ["ops"], ["scopes"]):
             run_cli([*command, FIXTURES / name])
     keras = xplane_run(fixture_file("host_input_keras"))
     assert keras.nodes.filter(pl.col("op_type") == "Dataset").height
+    # Work without markers: one step, and the summary says why.
+    summary = run_cli(["summary", FIXTURES / "host_no_markers"]).output
+    assert "lacks      steps: no step markers" in summary
+    run_cli(["advise", FIXTURES / "host_no_markers"])
+    # Markers without any op: nothing to analyse, said in one line (exit 2, not 3).
+    out = run_cli(["summary", FIXTURES / "host_markers_only"], expect_exit=2).output
+    assert "no op events: 4 step markers with no op in them" in out
+    assert len(out.strip().splitlines()) == 1

@@ -180,9 +180,9 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         raise InputFileError(f"{readfile.shown(path)}: not a readable XSpace profile "
                              f"({e})") from None
     if not ops.start_ps:
-        markers = f" ({len(extra.markers)} step markers, no work in them)" if extra.markers else ""
-        raise InputFileError(f"{readfile.shown(path)}: no op events{markers} (a TF2/JAX "
-                             "profile of no op?)")
+        said = (f": {len(extra.markers)} step markers with no op in them" if extra.markers
+                else " (a TF2/JAX profile of no op?)")
+        raise InputFileError(f"{readfile.shown(path)}: no op events{said}")
     frames = frames_of(ops, extra, worker)
     warnings = [f"{readfile.shown(path)}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
@@ -202,6 +202,11 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         if not graph_nodes.height:
             lacks["graph"] = _no_graph(ops.names)
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
+    if (not extra.markers and not frames["step_spans"].height
+            and frames["executions"].get_column("step").n_unique() <= 1):
+        lacks["steps"] = ("no step markers (a `train` TraceMe with step_num, e.g. "
+                          "tf.profiler.experimental.Trace('train', step_num=n) or "
+                          "jax.profiler.StepTraceAnnotation): the profile is one step")
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"
     worker_col = pl.lit(worker).alias("worker")
