@@ -26,9 +26,13 @@ INFO_SHARE = 0.05
 
 @register
 class InputBound(Checker):
-    """Steps that wait for input: time of input ops (IteratorGetNext, queue dequeues) on
-    the critical path, as a share of step time (without a dataflow graph, as from a
-    timeline, their own time on their threads, and the finding says so).
+    """Steps that wait for input: on TF2 profiles of tf.data, the training thread's wait
+    for its batch within the step (`Iterator::Root` spans: xprof's input time), with the
+    slowest tf.data stage and a fix read from the pipeline, and a finding of its own when
+    the loop waits outside the step markers; elsewhere, time of input ops
+    (IteratorGetNext, queue dequeues) on the critical path, as a share of step time
+    (without a dataflow graph, as from a timeline, their own time on their threads, and
+    the finding says so).
 
     Why: while the model waits for the next batch, the device does nothing; a faster
     model will not make training faster. XProf's bands: at least 20% of the step is
