@@ -55,6 +55,8 @@ def test_outside_work_is_its_own_row() -> None:
     (note,) = [ln for ln in out.splitlines() if "outside steps:" in ln]
     assert f"{want_ms:.2f}ms" in note
     assert "per step: sums over the steps analysed" in out
+    summary = run_cli(["summary", OUTSIDE]).output
+    assert f"outside    {want_ms:.2f}ms of op time ran outside the steps" in summary
 
 
 def test_per_step_numbers_divide_by_the_steps_analysed() -> None:

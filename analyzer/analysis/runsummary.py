@@ -10,8 +10,10 @@ import polars as pl
 
 from ..model import Run
 from .attribution import attribution_note, attribution_shares
+from .outside import outside_note
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
+from .stepselect import analysed as analysed_run
 
 
 def summary(run: Run, choice: Any = None) -> dict:
@@ -39,6 +41,8 @@ def summary(run: Run, choice: Any = None) -> dict:
     extra: dict[str, Any] = {"step_time_kind": kinds[0] if len(kinds) == 1 else "mixed"}
     if len(dev):  # accelerator profiles: the device side of each step, named apart
         extra["device_step_time_us"] = stats(dev)
+    if note := outside_note(analysed_run(run, choice)):
+        extra["outside_steps"] = note  # its own row, in no step (analysis.outside)
     if run.attribution.height:
         extra["attribution"] = attribution_shares(run)
         extra["attribution_note"] = attribution_note(run)

@@ -34,6 +34,8 @@ def summary_text(s: dict) -> str:
             f"device     median {fmt_us(dev['median'])}  mean {fmt_us(dev['mean'])}  "
             f"p90 {fmt_us(dev['p90'])}  min {fmt_us(dev['min'])}  max {fmt_us(dev['max'])}"
             "  (device step: first to last device event of the step, as xprof's step db)")
+    if outside := s.get("outside_steps"):
+        lines.append(f"outside    {outside.removeprefix('outside steps: ')}")
     if note := s.get("attribution_note"):
         lines.append(f"ops        {note}")
     for item in s.get("left_out", []):
