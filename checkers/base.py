@@ -138,8 +138,9 @@ class Analysis:
 
     @functools.cached_property
     def nodes(self) -> pl.DataFrame:
-        """Per node, average over steps (tfprof's step -1 numbers)."""
-        return node_stats(self.run, -1)
+        """Per node, average over the steps analysed (the views' step -1 numbers; work
+        outside the steps left out: analysis.outside)."""
+        return node_stats(self.run, -1, "steps")
 
     @functools.cached_property
     def median_step(self) -> int:

@@ -52,7 +52,7 @@ class ExpensiveOps(Checker):
         if not total_us:
             return
         kernels = (nodes.with_columns(kernel=kernel_label_expr())
-                   .group_by("kernel").agg(pl.col("micros").sum(), nodes=pl.len(),
+                   .group_by("kernel").agg(_sum_us(), nodes=pl.len(),
                                            op_types=pl.col("op_type").unique().sort())
                    .sort(["micros", "kernel"], descending=[True, False]).head(TOP))
         top = kernels.row(0, named=True)
@@ -68,8 +68,9 @@ class ExpensiveOps(Checker):
             also.append(f"top code line {lines[0]['code']} {pct(lines[0]['micros'] / total_us)}")
         graph_types = [t for t in top["op_types"] if t != top["kernel"]]
         graph_note = f" (graph op type {', '.join(graph_types)})" if graph_types else ""
-        step_us = a.mean_step_us
-        parallel = ""
+        # Markers that cover only the dispatch (sources/xplane_async.py) time no step.
+        timed = not (a.step_times["kind"] == "dispatch").any()
+        step_us = a.mean_step_us if timed else 0.0
         workers = a.workers  # op time is summed over workers; each has its own step
         per_worker = total_us / workers
         each = f" a worker (mean over {workers})" if workers > 1 else ""
@@ -83,16 +84,15 @@ class ExpensiveOps(Checker):
                         f"{scale} devices ({', '.join(devices)}), so shares of the step are "
                         f"of their {scale} steps together ({fmt_us(scale / workers * step_us)}"
                         f"{' a worker' if workers > 1 else ''})")
-        elif step_us and per_worker > step_us:
-            parallel = (f"; op time per step{each} ({fmt_us(per_worker)}) exceeds the step "
-                        f"({fmt_us(step_us)}) because ops ran in parallel, so shares of the "
-                        "step add up to more than 100%")
+        else:
+            parallel = _over_step(a, nodes, per_worker, step_us, each)
+        shared = scale if timed else 0  # 0: no step, no share of it
         evidence = {
-            "kernels": [{**_row(r, total_us, a, "kernel", scale), "op_types": r["op_types"]}
+            "kernels": [{**_row(r, total_us, a, "kernel", shared), "op_types": r["op_types"]}
                         for r in kernels.iter_rows(named=True)],
-            "scopes": [_row(r, total_us, a, "scope", scale)
+            "scopes": [_row(r, total_us, a, "scope", shared)
                        for r in scopes.iter_rows(named=True)],
-            "code_lines": [_row(r, total_us, a, "code", scale) for r in lines],
+            "code_lines": [_row(r, total_us, a, "code", shared) for r in lines],
             "op_time_us_per_step": total_us,
             "op_time_us_per_worker_step": round(per_worker, 1),
             "workers": workers,
@@ -109,14 +109,37 @@ class ExpensiveOps(Checker):
             suggestion="Start with the kernels, scopes and code lines at the top (`analyze "
                        "ops RUN`, `analyze scopes RUN --max-depth 2`, `analyze code RUN`); "
                        "the other findings say why they are slow.",
-            impact=a.per_step(top["micros"]) / scale,
+            impact=a.per_step(top["micros"]) / scale if timed else 0.0,  # no step: no share
         )
 
 
+def _over_step(a: Analysis, nodes: pl.DataFrame, total_us: float, step_us: float,
+               each: str = "") -> str:
+    """Why op time per step (`each`: of a worker) exceeds the step: on accelerators, ops
+    ran in parallel (streams); on a CPU, op times are wall times summed over the threads
+    that ran them, waiting for a core or a rendezvous included (the trace holds no core
+    count)."""
+    if not step_us or total_us <= step_us:
+        return ""
+    said = (f"; op time per step{each} ({fmt_us(total_us)}) exceeds the step "
+            f"({fmt_us(step_us)})")
+    if float(nodes["accelerator_micros"].sum()):
+        return said + " because ops ran in parallel, so shares of the step add up to more " \
+                      "than 100%"
+    threads = a.run.threads.group_by("worker", "step").agg(n=pl.col("thread_id").n_unique())
+    n = int(threads.select(pl.col("n").max()).item() or 0) if threads.height else 0
+    return (said + f": it is summed over {n} concurrent threads, waits included (the "
+            "trace does not hold the core count), so shares of the step add up to more "
+            "than 100%")
+
+
 def _row(r: dict, total_us: float, a: Analysis, key: str, scale: int = 1) -> dict:
-    return {key: r[key], "micros": r["micros"],
-            "share_of_op_time": round(r["micros"] / total_us, 4),
-            "share_of_step": round(a.per_step(r["micros"]) / scale, 4)}
+    """A row's time, its share of op time and (`scale` > 0) of the step: of `scale`
+    workers' or devices' steps together; 0: the run times no step."""
+    row = {key: r[key], "micros": r["micros"],
+           "share_of_op_time": round(r["micros"] / total_us, 4)}
+    return ({**row, "share_of_step": round(a.per_step(r["micros"]) / scale, 4)} if scale
+            else row)
 
 
 def _devices(a: Analysis) -> list[str]:
@@ -129,6 +152,13 @@ def _devices(a: Analysis) -> list[str]:
     return [f"{w} {d}" if several else d for w, d in pairs.iter_rows()]
 
 
+def _sum_us() -> pl.Expr:
+    """A group's microseconds, summed to the picosecond (XSpace's unit): a float sum's last
+    bits depend on the order polars' threads add the rows in, and the same input must
+    print the same bytes."""
+    return pl.col("micros").sum().round(6)
+
+
 def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:
     """Top-level and second-level scopes by total time (nodes at the root do not count),
     as the scope view shows them: JAX's transform wrappers (`jit(f)/`, `jvp(...)`,
@@ -139,7 +169,7 @@ def _top_scopes(nodes: pl.DataFrame) -> pl.DataFrame:
     level1 = scoped.select(scope=parts.list.first(), micros="micros")
     level2 = scoped.filter(parts.list.len() > 2).select(
         scope=parts.list.head(2).list.join("/"), micros="micros")
-    both = pl.concat([level1, level2]).group_by("scope").agg(pl.col("micros").sum())
+    both = pl.concat([level1, level2]).group_by("scope").agg(_sum_us())
     return both.sort(["micros", "scope"], descending=[True, False]).head(TOP)
 
 
@@ -154,7 +184,7 @@ def _top_code_lines(a: Analysis, nodes: pl.DataFrame) -> list[dict]:
         code=pl.col("user_path").list.last().str.strip_suffix(GRADIENT_SUFFIX))
     per_line = (
         nodes.join(paths, on=["worker", "name"])
-        .group_by("code").agg(pl.col("micros").sum())
+        .group_by("code").agg(_sum_us())
         .filter(pl.col("micros") > 0)
         .sort(["micros", "code"], descending=[True, False]).head(TOP)
     )

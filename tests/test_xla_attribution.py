@@ -248,6 +248,7 @@ def test_sub_microsecond_ops_are_not_rounded() -> None:
     a whole microsecond (and none of 0 counted as 1 us, tfprof's rule for RunMetadata).
     The text shows a sub-10 us time with its decimal."""
     from runlens.analyzer.analysis.nodestats import node_stats
+    from runlens.analyzer.analysis.outside import outside_ops
     from runlens.analyzer.units import fmt_us
     from tests.xplane_run import fixture_file, xplane_run
     from tests.xprof_oracle import framework_op_stats
@@ -256,7 +257,11 @@ def test_sub_microsecond_ops_are_not_rounded() -> None:
         path = fixture_file(name)
         run = xplane_run(path)
         ours = pl.concat([node_stats(run, s).filter(pl.col("executed")) for s in run.steps])
-        got = ours.group_by("op_type").agg(us=pl.col("cpu_micros").sum())
+        # Work outside the steps (analysis.outside) is in no step: its own row, which
+        # xprof's totals hold too.
+        away = outside_ops(run).select("op_type", cpu_micros=pl.col("ns") / 1000)
+        got = pl.concat([ours.select("op_type", "cpu_micros"), away]).group_by(
+            "op_type").agg(us=pl.col("cpu_micros").sum())
         want = framework_op_stats(path).filter(pl.col("where") == "Host").group_by(
             op_type="type").agg(us=pl.col("self_time_ps").sum() / 1e6)
         both = want.join(got, on="op_type", suffix="_ours")

@@ -15,7 +15,8 @@ from runlens.analyzer.errors import RunDirError
 from runlens.analyzer.load import load_run
 from runlens.analyzer.sources import detect
 from runlens.analyzer.sources.xplane import xplane_files
-from runlens.analyzer.sources.xplane_read import parse_op_name, self_times
+from runlens.analyzer.sources.xplane_arrays import self_times
+from runlens.analyzer.sources.xplane_read import parse_op_name
 from tests.conftest import run_cli
 from tests.xplane_run import CAPTURED, FIXTURES, GPU_XPLANE, fixture_file, xplane_run
 
@@ -39,9 +40,9 @@ def test_accepts_a_file_a_run_folder_and_a_logdir(tmp_path: Path) -> None:
     assert detect(path.parent).kind == "xplane"
     assert detect(FIXTURES / "tf_function").kind == "xplane"
     # A folder of logdirs (TensorBoard runs with profiles) is read as per-worker logdirs
-    # of one job only when their profiling windows overlap (issue 30): these three were
-    # captured one after the other, so it asks which one.
-    with pytest.raises(RunDirError, match="several TensorBoard runs .*keras_fit.* not one "
+    # of one job only when their profiling windows overlap (issue 30): these were captured
+    # one after the other, so it asks which one (naming the first six, alphabetically).
+    with pytest.raises(RunDirError, match="several TensorBoard runs .* not one "
                                           "job: their profiling windows do not overlap"):
         xplane_files(FIXTURES)
 

@@ -43,8 +43,11 @@ def ours(path: Path) -> pl.DataFrame:
 def comparable(f: pl.DataFrame) -> pl.DataFrame:
     """Ops xprof can name: xprof's op-name rule rejects names that start with '_' (the
     partitioner's `_send_*` nodes, `_DeviceRetval`...); we keep those ops (they ran and
-    took time) and test the difference on its own below."""
-    return f.filter(~pl.col("name").str.starts_with("_"))
+    took time) and test the difference on its own below. xprof reads no eager op
+    (`EagerLocalExecute: Op`, our `eager/Op`): tests/test_host_eager.py checks those
+    against the raw events."""
+    return f.filter(~pl.col("name").str.starts_with("_")
+                    & ~pl.col("name").str.starts_with("eager/"))
 
 
 def oracle(path: Path) -> pl.DataFrame:

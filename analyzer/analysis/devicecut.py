@@ -76,10 +76,20 @@ def _cut(run: Run, devices: tuple[str, ...], workers: tuple[str, ...]) -> Run:
 
 
 def covered(run: Run) -> dict[str, list[str]]:
-    """The workers and devices whose executions `run` holds (sorted)."""
-    ids = run.executions.get_column("key_id").unique()
-    present = pl.col("key_id").is_in(ids.cast(pl.UInt32).implode())
-    pairs = run.keys.with_row_index("key_id").filter(present)
+    """The workers and devices whose executions `run` holds (sorted). A product: a warm
+    view reads it from the cache, not the executions."""
+    pairs = COVERED(run)
     return {"workers": sorted(pairs.get_column("worker").unique().to_list()),
             "devices": sorted(pairs.get_column("device").unique().to_list())}
+
+
+def _covered(run: Run) -> pl.DataFrame:
+    ids = run.executions.get_column("key_id").unique()
+    present = pl.col("key_id").is_in(ids.cast(pl.UInt32).implode())
+    return (run.keys.with_row_index("key_id").filter(present)
+            .select(pl.col("worker").cast(pl.String), pl.col("device").cast(pl.String))
+            .unique().sort("worker", "device"))
+
+
+COVERED = products.register("covered", _covered)
 

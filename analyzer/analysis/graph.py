@@ -17,6 +17,7 @@ import polars as pl
 
 from ..grouping import combine, shared_codes
 from ..model import Run, kernel_label_expr
+from .outside import outside
 from .steps import step_times
 
 
@@ -143,7 +144,11 @@ def _executions(run: Run, steps: list[int] | None, worker: str | None) -> pl.Dat
         keep &= pl.col("step").is_in(steps)
     if worker is not None:
         keep &= pl.col("worker") == worker
-    return run.nodes.filter(keep).select(
+    away = outside(run)  # work outside the steps is on no step's path
+    nodes = run.nodes.with_columns(away.alias("_outside")) if away.any() else run.nodes
+    if away.any():
+        keep &= ~pl.col("_outside")
+    return nodes.filter(keep).select(
         "worker", "step", "exec_idx", "node_name", "op_type", "device", "start_ns",
         kernel=kernel_label_expr(),
         end_ns=pl.col("start_ns") + pl.col("op_end_rel_ns"),

@@ -27,6 +27,7 @@ import polars as pl
 
 from .. import products
 from ..model import Run
+from .outside import outside
 
 METRICS = ["micros", "cpu_micros", "accelerator_micros", "requested_bytes", "peak_bytes",
            "residual_bytes", "output_bytes", "occurrence"]
@@ -50,7 +51,7 @@ def execution_us(exact: bool) -> pl.Expr:
     return pl.when(pl.col("op_end_rel_us") == 0).then(1).otherwise(pl.col("op_end_rel_us"))
 
 
-def _per_node(run: Run, step: int) -> pl.DataFrame:
+def _per_node(run: Run, step: int, average: str = "node") -> pl.DataFrame:
     """One row per (worker, node_name) that has executions: the tfprof metrics for `step`
     (-1: average), `steps_run` (0 when no counted execution) and `exec_op`.
 
@@ -58,7 +59,9 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     few thousand rows; the executions only gather small integers and flags by key_id, and
     everything is summed in one group-by on the node's number. The sum over steps of
     per-step sums is the sum over executions, so the average is that sum integer-divided
-    by the number of steps the node ran in.
+    by the number of steps the node ran in (`average` "node"), or by the number of steps
+    of its worker (`average` "steps": runlens's views, docs/views.md). Work outside the
+    steps (analysis.outside: before or between step markers) counts in no step.
     """
     nodes, per_key, per_node = _keys_of_nodes(run)
     flags = _key_flags(per_key)
@@ -67,11 +70,26 @@ def _per_node(run: Run, step: int) -> pl.DataFrame:
     keep = _COUNTED & ~pl.col("dropped")
     if step >= 0:
         keep = keep & (pl.col("step") == step)
+    away = outside(run)
+    if away.any():
+        ex = ex.with_columns(away.alias("outside"))
+        keep = keep & ~pl.col("outside")
     exact = exact_times(run)
     steps_run = pl.col("step_run").drop_nulls().n_unique()
-    sums = _masked(ex, keep, exact).group_by("node_id").agg(
-        *[pl.col(c).sum() / steps_run if exact and c in TIME_METRICS
-          else (pl.col(c).sum() // steps_run).cast(pl.Int64) for c in METRICS],
+    per = steps_run
+    masked = _masked(ex, keep, exact)
+    if average == "steps" and step < 0:  # every node by its worker's steps
+        workers = run.nodes_lazy().group_by("worker").agg(n_steps=pl.col("step").n_unique())
+        per_id = nodes.lazy().with_row_index("node_id").join(workers, on="worker").select(
+            pl.col("node_id").cast(pl.UInt32), "n_steps")
+        # maintain_order: a float sum's last bits follow the order of its rows (the same
+        # input must give the same bytes)
+        masked = masked.with_columns(pl.col("node_id").cast(pl.UInt32)).join(
+            per_id, on="node_id", how="left", maintain_order="left")
+        per = pl.col("n_steps").first()
+    sums = masked.group_by("node_id").agg(
+        *[pl.col(c).sum() / per if exact and c in TIME_METRICS
+          else (pl.col(c).sum() // per).cast(pl.Int64) for c in METRICS],
         steps_run=steps_run.cast(pl.UInt32),
     ).collect()
     return (
@@ -177,20 +195,24 @@ def _params(shape: pl.Expr) -> pl.Expr:
     return pl.when(shape.is_null() | ~known).then(0).otherwise(product).cast(pl.Int64)
 
 
-def node_stats(run: Run, step: int = -1) -> pl.DataFrame:
+def node_stats(run: Run, step: int = -1, average: str = "node") -> pl.DataFrame:
     """Every node tfprof knows (graph.pb nodes and executed nodes), with its metrics.
 
     Columns: worker, name, op_type (the graph's, as tfprof), kernel and fused_ops (what
     ran: analyzer.model.derive_keys), types (op type, op_log types, canonical device),
     device, micros ... occurrence (METRICS), params, float_ops, executed.
-    A product (analyzer.products): computed once per Run and step, and cached, so a warm
-    analysis never aggregates the executions again.
+    Step -1 averages over steps: tfprof's way (`average` "node": each node over the steps
+    it ran in) or runlens's views' (`average` "steps": over the steps analysed, per
+    worker, so that per-step numbers add up to a step).
+    A product (analyzer.products): computed once per Run, step and average, and cached, so
+    a warm analysis never aggregates the executions again.
     """
-    return NODE_STATS(run, step)
+    # tfprof's averaging keeps its cache key as it was (step only).
+    return NODE_STATS(run, step) if average == "node" else NODE_STATS(run, step, average)
 
 
-def _node_stats(run: Run, step: int) -> pl.DataFrame:
-    per_node = _per_node(run, step)
+def _node_stats(run: Run, step: int, average: str = "node") -> pl.DataFrame:
+    per_node = _per_node(run, step, average)
     executed = _executed(per_node)
     graph = (
         run.graph_nodes.filter(pl.col("source") == "graph")

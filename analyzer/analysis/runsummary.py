@@ -14,6 +14,7 @@ from .attribution import attribution_note, attribution_shares
 from .collectives import per_device_step
 from .devicesteps import device_steps
 from .loops import loops
+from .outside import outside_note
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
 from .stepselect import analysed as analysed_run
@@ -48,6 +49,8 @@ def summary(run: Run, choice: Any = None) -> dict:
         extra["collectives"] = comm  # medians per step over the analysed steps
     if found := loops(run):
         extra["loops"] = found  # XLA while loops: the user's scope and the trip count
+    if note := outside_note(analysed_run(run, choice)):
+        extra["outside_steps"] = note  # its own row, in no step (analysis.outside)
     if run.attribution.height:
         extra["attribution"] = attribution_shares(run)
         extra["attribution_note"] = attribution_note(run)

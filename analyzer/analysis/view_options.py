@@ -42,14 +42,15 @@ OP_TYPES = ("kernel", "graph")
 
 @dataclass(frozen=True)
 class ViewOptions:
-    """tfprof's options (options.md), with its defaults, and four of ours whose defaults
+    """tfprof's options (options.md), with its defaults, and five of ours whose defaults
     differ from tfprof on purpose (docs/views.md): `op_types` "kernel" groups and accounts
     nodes by the kernel that ran (tfprof: "graph", the op type in graph.pb), `zero_rows`
     False hides rows whose numbers are all zero, `max_depth` counts from the first visible
     level unless `depth_from_root` (tfprof counts its hidden root), and the code view
     hides library frames unless `library_frames`; step -1 averages over the steps
     analyzer.analysis.stepselect keeps (warm-up and outliers left out) unless `include_warmup`.
-    `ViewOptions.tfprof(...)` sets all five to tfprof's behaviour. Regexes must match a
+    Step -1 divides by the steps analysed (`average` "steps"; tfprof: by the steps each
+    node ran in). `ViewOptions.tfprof(...)` sets all six to tfprof's behaviour. Regexes must match a
     whole name."""
 
     max_depth: int = 100
@@ -79,6 +80,10 @@ class ViewOptions:
     # JAX: scopes as JAX wrote them (jit(f)/jvp(s)/..., transpose(jvp(s)) backward)
     # instead of folded into the user's (analyzer.analysis.jaxscopes).
     raw_scopes: bool = False
+    # How step -1 averages: "steps" (ours) divides every node's sums by the steps
+    # analysed (per worker), so per-step numbers add up to a step; "node" (tfprof's,
+    # --tfprof) divides each node's by the steps it ran in.
+    average: str = "steps"
     # Which steps step -1 averages (analyzer.analysis.stepselect): warm-up and outlier steps are
     # left out unless include_warmup (tfprof averages over every step); first/last_step
     # restrict to a range (--steps A:B).
@@ -95,7 +100,8 @@ class ViewOptions:
         """Options that reproduce tfprof's rows (the parity tests use these): tfprof's
         grouping, zero rows, depth and frames, averaged over every traced step."""
         return cls(**{"op_types": "graph", "zero_rows": True, "depth_from_root": True,
-                      "library_frames": True, "include_warmup": True, **options})
+                      "library_frames": True, "include_warmup": True, "average": "node",
+                      **options})
 
     @classmethod
     def from_flags(cls, tfprof: bool, **options: Any) -> ViewOptions:
@@ -110,6 +116,8 @@ class ViewOptions:
         if self.op_types not in OP_TYPES:
             raise ViewOptionError(
                 f"op_types {self.op_types!r}: expected one of {', '.join(OP_TYPES)}")
+        if self.average not in ("steps", "node"):
+            raise ViewOptionError(f"average {self.average!r}: expected steps or node")
         if self.order_by not in ORDER_BY:
             raise ViewOptionError(
                 f"order_by {self.order_by!r}: expected one of {', '.join(ORDER_BY)}")

@@ -23,6 +23,7 @@ from . import devicecut
 from .codepaths import code_paths, qualified_names, with_qualnames
 from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
 from .nodestats import METRICS, node_stats
+from .outside import outside_note
 from .stepselect import StepChoice, analysed
 from .treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
 from .view_options import (  # noqa: F401 (ViewOptionError: re-exported)
@@ -138,7 +139,7 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     its sorted list, see docs/views.md).
     """
     run = chosen_run(run, opts)
-    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+    nodes = node_stats(run, opts.step, opts.average).with_columns(types=_types(opts)).filter(
         _accounted(opts.account_type_regexes))
     if opts.op_types == "kernel":
         name = kernel_label_expr()
@@ -165,7 +166,7 @@ def op_view(run: Run, opts: ViewOptions) -> View:
         root = _root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
                              key=pl.col("name"))
-    return View("ops", rows, root, opts)
+    return _noted(View("ops", rows, root, opts), run)
 
 
 # ----------------------------------------------------------------------------- trees
@@ -182,12 +183,25 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     sep = _SEPARATORS[kind]
     run = chosen_run(run, opts)
     if (opts.step == -1 and _is_everything(opts.account_type_regexes)
-            and not (kind == "code" and opts.library_frames) and not opts.raw_scopes):
+            and not (kind == "code" and opts.library_frames) and not opts.raw_scopes
+            and opts.average == ViewOptions().average):
         nodes = default_tree_nodes(run, kind)
     else:
         nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts), opts.account_type_regexes,
                            sep)
-    return _display(kind, nodes, opts, sep)
+    return _noted(_display(kind, nodes, opts, sep), run)
+
+
+def _noted(view: View, run: Run) -> View:
+    """The view with what its numbers leave out (work outside the steps) and how step -1
+    averages, in its notes."""
+    if note := outside_note(run):
+        view.notes.append(note)
+    if view.options.step < 0 and view.options.average == "steps":
+        view.notes.append("per step: sums over the steps analysed divided by their number "
+                          "(per worker); tfprof divides each node by the steps it ran in "
+                          "(--tfprof)")
+    return view
 
 
 def default_tree_nodes(run: Run, kind: str) -> pl.DataFrame:
@@ -362,7 +376,7 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     run = chosen_run(run, opts)
     if opts.op_types == "kernel":
         other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
-        kernels = (node_stats(run, opts.step).filter(other)
+        kernels = (node_stats(run, opts.step, opts.average).filter(other)
                    .unique(subset="name", keep="first", maintain_order=True)
                    .select(pl.col("name").alias("key"), "kernel", "fused_ops"))
         view.rows = view.rows.join(kernels, on="key", how="left", maintain_order="left")
@@ -372,7 +386,7 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
 def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
     """Each node under its scope path; JAX names folded into the user's scopes (unless
     raw_scopes), with the node's time in the forward or backward pass beside."""
-    stats = node_stats(run, opts.step)
+    stats = node_stats(run, opts.step, opts.average)
     if opts.raw_scopes or not has_transforms(stats.get_column("name")):
         return stats.select(pl.col("name").str.split("/").alias("path"),
                             _types(opts).alias("types"), *ALL_METRICS)
@@ -399,7 +413,7 @@ def code_view(run: Run, opts: ViewOptions) -> View:
         return view
     # Each row's frame by its full qualified name beside tfprof's cut one (JSON `qualname`).
     view.rows = with_qualnames(view.rows, "name", qualified_names(run))
-    nodes = node_stats(chosen_run(run, opts), opts.step)
+    nodes = node_stats(chosen_run(run, opts), opts.step, opts.average)
     total = float(nodes.get_column("micros").sum())
     traceless = nodes.join(paths, on=["worker", "name"], how="anti")
     if total and traceless.height:
@@ -415,7 +429,7 @@ def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
     paths = code_paths(run).select(
         "worker", "name", path="path" if opts.library_frames else "user_path"
     ).filter(pl.col("path").list.len() > 0)
-    nodes = node_stats(run, opts.step).join(paths, on=["worker", "name"], how="inner")
+    nodes = node_stats(run, opts.step, opts.average).join(paths, on=["worker", "name"], how="inner")
     if not has_transforms(nodes.get_column("name")):
         return nodes.select("path", _types(opts).alias("types"), *ALL_METRICS)
     # JAX: a line's forward and backward ops in one row, the split beside.
@@ -430,7 +444,7 @@ DEFAULT_TREE = products.register("tree", _default_tree)
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
     run = chosen_run(run, opts)
-    nodes = node_stats(run, opts.step).with_columns(types=_types(opts)).filter(
+    nodes = node_stats(run, opts.step, opts.average).with_columns(types=_types(opts)).filter(
         _accounted(opts.account_type_regexes))
     inputs = (
         run.graph_nodes.filter(pl.col("source") == "graph")
@@ -455,7 +469,7 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
         root = _root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
                              key=pl.col("name"))
-    return View("graph", rows, root, opts)
+    return _noted(View("graph", rows, root, opts), run)
 
 
 def _covering(make: Any) -> Any:

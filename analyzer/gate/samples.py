@@ -16,6 +16,7 @@ import polars as pl
 
 from ..analysis.jaxscopes import folded
 from ..analysis.nodestats import exact_times, execution_us
+from ..analysis.outside import outside
 from ..analysis.steps import step_times
 from ..analysis.warmup import flag_steps
 from ..model import Run
@@ -54,8 +55,10 @@ def reduce_run(run: Run, source: str, scope_depth: int, spike_cap: float | None)
     count (tfprof's rules, analyzer.analysis.nodestats), so compare's numbers are the
     views' numbers per step. The run's work (analyzer.gate.workdiff) comes along.
     """
-    n = run.nodes.filter((pl.col("all_start_us") > 0)
-                         & pl.col("lane_kind").is_in(TIMED_LANES))
+    away = outside(run)  # work outside the steps is in no step's sample, as in the views
+    n = (run.nodes.with_columns(away.alias("_outside")).filter(~pl.col("_outside"))
+         if away.any() else run.nodes)
+    n = n.filter((pl.col("all_start_us") > 0) & pl.col("lane_kind").is_in(TIMED_LANES))
     n = n.with_columns(us=execution_us(exact_times(run)).cast(pl.Float64),
                        node_name=node_key(), op_type=op_key(),
                        sample=pl.format("{}/{}", pl.col("worker"), pl.col("step")))

@@ -54,6 +54,8 @@ def summary_text(s: dict) -> str:
                      "program" + (f" ({count} while loops: forward and backward passes)"
                                   if count == 2 else f" ({count} while loops)"
                                   if count > 2 else ""))
+    if outside := s.get("outside_steps"):
+        lines.append(f"outside    {outside.removeprefix('outside steps: ')}")
     if note := s.get("attribution_note"):
         lines.append(f"ops        {note}")
     for item in s.get("left_out", []):
@@ -71,7 +73,9 @@ def summary_text(s: dict) -> str:
 
 # What the step time measures (analysis.steps.step_times' `kind`).
 _KIND_SAID = {"marker": "  (host: the step marker's span)",
-              "device": "  (device: the step's device work)"}
+              "device": "  (device: the step's device work)",
+              "work": "  (the step's work: its marker covers only the dispatch)",
+              "dispatch": "  (the markers' spans: dispatch only, not step times)"}
 
 
 def _ranges(steps: list[int]) -> str:

@@ -108,7 +108,7 @@ def op_nodes(run: Run) -> dict[str, Any]:
     MAX_NODES_PER_TYPE largest and the rest as one sum, for the op-type breakdown's
     drill-down. The same per-node numbers the op view sums (nodestats.node_stats at step
     -1), so a type's nodes add up to its row of `analyze ops`."""
-    n = (node_stats(run, -1).with_columns(op_type=kernel_label_expr())  # as `analyze ops`
+    n = (node_stats(run, -1, "steps").with_columns(op_type=kernel_label_expr())  # as `analyze ops`
          .group_by("op_type", "name").agg(pl.col("micros").sum())
          .filter(pl.col("micros") > 0)
          .sort(["op_type", "micros", "name"], descending=[False, True, False])

@@ -21,7 +21,7 @@ from ..proto import config_pb2
 from . import Part, Progress, Selection, SourceFrames
 from .xplane_hlo import HloOp
 from .xplane_planes import read_planes
-from .xplane_read import frames_of
+from .xplane_read import EAGER_SCOPE, frames_of
 from .xplane_wire import Plane
 from .xplane_wire import read_planes as planes_of
 from .xplane_workers import SeveralRuns, check_one_job, missing_workers, names
@@ -178,6 +178,16 @@ def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.Dat
     return graph, pl.DataFrame(code, schema=schema.CODE_SCHEMA)
 
 
+def _no_graph(names: list[tuple[str, str]]) -> str:
+    """Why a TF2 profile has no graph: eager code (every op an `EagerLocalExecute`), or
+    a capture without runlens's helper."""
+    if names and all(n.startswith(EAGER_SCOPE + "/") for n, _ in names):
+        return ("eager TF2 profile: every op ran on its own (EagerLocalExecute events, "
+                "named eager/<Op>), in no graph")
+    return ("no function graphs beside the profile (capture with "
+            "runlens.analyzer.capture.tf2 to get them)")
+
+
 def _hlo_work(totals: dict[str, list]) -> pl.DataFrame:
     """The HLO's work per framework op (xplane_device -> hlo_work.add_per_op)."""
     rows = [(name, *row) for name, row in totals.items()]
@@ -197,8 +207,9 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         raise InputFileError(f"{readfile.shown(path)}: not a readable XSpace profile "
                              f"({e})") from None
     if not ops.start_ps:
-        raise InputFileError(f"{readfile.shown(path)}: no op events (a TF2/JAX profile of "
-                             "no op?)")
+        said = (f": {len(extra.markers)} step markers with no op in them" if extra.markers
+                else " (a TF2/JAX profile of no op?)")
+        raise InputFileError(f"{readfile.shown(path)}: no op events{said}")
     frames = frames_of(ops, extra, worker)
     warnings = [f"{readfile.shown(path)}: {w}" for w in extra.warnings]
     lacks = dict(LACKS_ALWAYS)
@@ -216,9 +227,13 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         warnings += more
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
-            lacks["graph"] = ("no function graphs beside the profile (capture with "
-                              "runlens.analyzer.capture.tf2 to get them)")
+            lacks["graph"] = _no_graph(ops.names)
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
+    if (not extra.markers and not frames["step_spans"].height
+            and frames["executions"].get_column("step").n_unique() <= 1):
+        lacks["steps"] = ("no step markers (a `train` TraceMe with step_num, e.g. "
+                          "tf.profiler.experimental.Trace('train', step_num=n) or "
+                          "jax.profiler.StepTraceAnnotation): the profile is one step")
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"
     worker_col = pl.lit(worker).alias("worker")

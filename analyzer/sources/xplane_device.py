@@ -18,18 +18,10 @@ import numpy as np
 
 from .hlo_work import add_per_op
 from .xla_attribution import HOW, NONE, Events, attribute
+from .xplane_arrays import distinct_rows, lookup, self_times
 from .xplane_collectives import op_node
 from .xplane_hlo import HloOp, Programs
-from .xplane_read import (
-    _codes,
-    _groups,
-    _launcher,
-    _lookup,
-    _wanted,
-    parse_op_name,
-    self_times,
-    texts,
-)
+from .xplane_read import _groups, _launcher, _wanted, parse_op_name, texts
 from .xplane_wire import ABSENT, OTHER, Plane
 
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
@@ -93,7 +85,7 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         n = len(line.mid)
         index = np.arange(n)
         coded = [texts(plane, line, stat, index) for stat in attr]
-        first, inverse = _codes(line.mid, *(which for which, _ in coded))
+        first, inverse = distinct_rows(line.mid, *(which for which, _ in coded))
         tf_named = []
         for i in first.tolist():
             launched = _launcher(*(t[which[i]] for which, t in coded))
@@ -104,7 +96,7 @@ def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
         hlo_which, hlo_texts = texts(plane, line, get("hlo_op"), index)
         mod_which, mod_texts = texts(plane, line, get("hlo_module"), index)
         got.add(tf=np.array(tf_named, np.int64)[inverse],
-                kernel=_lookup(mids, np.arange(len(mids)), line.mid, len(mids)),
+                kernel=lookup(mids, np.arange(len(mids)), line.mid, len(mids)),
                 hlo=got.text_codes(hlo_which, hlo_texts),
                 module=got.text_codes(mod_which, mod_texts),
                 program=_int_stat(line, get("program_id"), n),
@@ -166,7 +158,7 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extr
     name = tf.copy()
     placed = np.flatnonzero(target >= 0)
     if len(placed):
-        first, inverse = _codes(target[placed], kernel[placed])
+        first, inverse = distinct_rows(target[placed], kernel[placed])
         ids = []
         for i in first.tolist():
             op: HloOp = programs.ops[targets[int(target[placed[i]])]]
@@ -178,7 +170,7 @@ def _names(got: _Columns, kernels: list[str], programs: Programs, ops: Any, extr
                    [programs.ops[t].op_name for t in targets], programs.work)
     rest = np.flatnonzero(name < 0)
     if len(rest):
-        first, inverse = _codes(kernel[rest])
+        first, inverse = distinct_rows(kernel[rest])
         ids = [ops.name_id(*_unattributed(kernels[int(kernel[rest[i]])]))
                for i in first.tolist()]
         name[rest] = np.array(ids, np.int64)[inverse]

@@ -3,9 +3,11 @@
 What is an op (the rules of xprof's framework op stats, so that our per-op numbers are
 xprof's):
 - host planes (`/host:CPU`): events named `node:Type` (a TF op after Grappler; the type
-  an identifier starting upper case or '_'), and tf.data stages `Iterator::A::B` (type
-  "Dataset"); JAX/XLA CPU thunks (events with an `hlo_op` stat), named by the framework
-  op of their HLO instruction (see xplane_hlo);
+  an identifier starting upper case or '_'), tf.data stages `Iterator::A::B` (type
+  "Dataset"), TF2 eager ops `EagerLocalExecute: Type` (named `eager/Type`: xprof reads
+  none; the `EagerKernelExecute` inside is not an op, so it is not counted again; a
+  tf.function called eagerly is not an op either); JAX/XLA CPU thunks (events with an
+  `hlo_op` stat), named by the framework op of their HLO instruction (see xplane_hlo);
 - device planes (xplane_device): every event on a GPU's `Stream #N(...)` line (kernels,
   memsets, memcpys), tied to its XLA program's HLO instruction (xla_attribution) or to
   the TF op that launched it (`level 0` annotation); a TPU's `XLA Ops`.
@@ -29,7 +31,8 @@ import numpy as np
 import polars as pl
 
 from .. import schema
-from . import xplane_devsteps, xplane_links, xplane_wire
+from . import xplane_async, xplane_devsteps, xplane_links
+from .xplane_arrays import distinct_rows, factorize, lookup, self_times
 from .xplane_collectives import op_node, wait_nodes
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
@@ -40,6 +43,8 @@ _DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU):(\d+)$")
 _TF_TYPE = re.compile(r"^[A-Z_][A-Za-z0-9_]*$")
 _TF_NAME = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9_.\\/>\-]*$")
 STEP_MARKERS = ("train", "Profiled batch")
+EAGER = "EagerLocalExecute: "  # TF2 eager: one op run on its own (`EagerLocalExecute: MatMul`)
+EAGER_SCOPE = "eager"  # the scope of eager ops' names (they have no graph node name)
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
 
 # Event kinds, per event metadata.
@@ -132,6 +137,13 @@ def parse_op_name(name: str) -> tuple[int, str, str]:
         return _MARKER, name, ""
     if name in _MEMORY_EVENTS:
         return _MEMORY, name, ""
+    if name.startswith(EAGER):
+        op_type = name[len(EAGER):]
+        # A tf.function called eagerly (`__inference_f_12`) is no op: its ops are counted
+        # where they ran; its event is the caller's wait for them.
+        if _TF_TYPE.match(op_type) and not op_type.startswith("__"):
+            return _TF_OP, f"{EAGER_SCOPE}/{op_type}", op_type
+        return _OTHER, name, ""
     if name.startswith("Iterator::"):
         # tf.data stages: '::' becomes '/', so the scope view nests a pipeline's stages.
         return _DATASET, name.replace("::", "/"), "Dataset"
@@ -139,40 +151,6 @@ def parse_op_name(name: str) -> tuple[int, str, str]:
     if sep and _TF_TYPE.match(op_type) and _TF_NAME.match(node):
         return _TF_OP, node, op_type
     return _OTHER, name, ""
-
-
-def self_times(start: np.ndarray, dur: np.ndarray, line: np.ndarray | None = None
-               ) -> np.ndarray:
-    """Each event's duration less the durations of the events directly nested in it
-    (events of one line nest properly, as TraceMe scopes do; `line`: the line of each
-    event when they come from several, which never nest in one another)."""
-    group = np.zeros(len(start), np.int64) if line is None else line
-    same = group[1:] == group[:-1]
-    if len(start) < 2 or bool(np.all((group[1:] > group[:-1]) | (same & (start[1:] > start[:-1])))):
-        order = np.arange(len(start))  # already in time order (a line usually is)
-    else:
-        order = np.lexsort((-dur, start, group))
-    s, d = np.ascontiguousarray(start[order]), np.ascontiguousarray(dur[order])
-    g = np.ascontiguousarray(group[order])
-    end = s + d
-    if len(s) < 2 or (bool(np.all(s[1:] >= end[:-1])) and bool(np.all(d >= 0))):
-        return dur.copy()  # nothing nests (the common case): self time = duration
-    if xplane_wire._xplane is not None:
-        out = np.frombuffer(xplane_wire._xplane.self_times(s, d, g), np.int64)
-    else:
-        out = d.copy()
-        stack: list[int] = []
-        for i in range(len(s)):
-            if i and g[i] != g[i - 1]:
-                stack = []
-            while stack and s[i] >= end[stack[-1]]:
-                stack.pop()
-            if stack:
-                out[stack[-1]] -= d[i]
-            stack.append(i)
-    result = np.empty_like(out)
-    result[order] = out
-    return result
 
 
 def _value(stat: Any, names: dict[int, str]) -> Any:
@@ -200,7 +178,7 @@ def texts(plane: Plane, line: Line | Lines, stat_id: int | None, index: np.ndarr
     value, hashed = line.stats[stat_id][index], line.hashes[stat_id][index]
     # One int64 key: a string's hash (> 0), a ref as -ref - 1 (< 0), ABSENT as itself.
     key = np.where(value == OTHER, hashed, np.where(value == ABSENT, value, -value - 1))
-    uniq, inverse = _factorize(key)
+    uniq, inverse = factorize(key)
     first = np.zeros(len(uniq), np.int64)
     first[inverse[::-1]] = index[::-1]
     out = []
@@ -210,47 +188,6 @@ def texts(plane: Plane, line: Line | Lines, stat_id: int | None, index: np.ndarr
         else:
             out.append("" if k == ABSENT else plane.stat_names.get(-k - 1, ""))
     return inverse, out
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct values, each value's number among them): by a table where the values
-    span a small range (ids, codes: no sort), else by np.unique."""
-    if not len(values):
-        return values, np.zeros(0, np.int64)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo < max(4 * len(values), 1 << 16):
-        present = np.zeros(hi - lo + 1, bool)
-        present[values - lo] = True
-        number = np.cumsum(present) - 1
-        return np.flatnonzero(present) + lo, number[values - lo]
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return uniq, inverse.ravel()
-
-
-def _codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of small-valued code columns: (the first row index of each distinct
-    combination, the combination number of every row), by one 1-D unique."""
-    key = np.zeros(len(columns[0]), np.int64)
-    for c in columns:
-        uniq, rank = _factorize(c)
-        key = key * max(len(uniq), 1) + rank
-    uniq, inverse = _factorize(key)
-    first = np.zeros(len(uniq), np.int64)
-    first[inverse[::-1]] = np.arange(len(key))[::-1]
-    return first, inverse
-
-
-def _lookup(ids: np.ndarray, table: np.ndarray, keys: np.ndarray, default: int) -> np.ndarray:
-    """table[position of each key in the sorted `ids`], `default` where absent: by a
-    dense table indexed by id where ids are small (metadata ids are), else searchsorted."""
-    if not len(ids):
-        return np.full(len(keys), default, np.int64)
-    if 0 <= ids[0] and ids[-1] < (1 << 22):
-        dense = np.full(int(ids[-1]) + 2, default, table.dtype)
-        dense[ids] = table
-        return dense[np.clip(keys, 0, len(dense) - 1)] if len(keys) else keys
-    pos = np.clip(np.searchsorted(ids, keys), 0, len(ids) - 1)
-    return np.where(ids[pos] == keys, table[pos], default)
 
 
 def _wanted(plane: Plane, *names: str) -> tuple[int, ...]:
@@ -292,8 +229,8 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
             continue
         thread, start_ps = line.first + line.line_of, line.start_ps
         xplane_links.collect(plane, line, thread, extra, waits)
-        code = _lookup(ids, codes, line.mid, _OTHER)
-        node = _lookup(ids, node_of, line.mid, -1)
+        code = lookup(ids, codes, line.mid, _OTHER)
+        node = lookup(ids, node_of, line.mid, -1)
         if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
             inst = line.stats[hlo_stat]
             thunk = np.flatnonzero((code == _OTHER) & (inst != ABSENT))
@@ -302,7 +239,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                 program = (line.stats[program_stat][thunk] if program_stat is not None
                            else np.zeros(len(thunk), np.int64))
                 which, instructions = texts(plane, line, hlo_stat, thunk)
-                first, inverse = _codes(which, program)
+                first, inverse = distinct_rows(which, program)
                 named = []
                 for w, prog in zip(which[first].tolist(), program[first].tolist(),
                                    strict=True):
@@ -330,7 +267,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
                 extra.markers.append((begin, begin + int(line.dur[m]), int(step)))
         memory = np.flatnonzero(code == _MEMORY)
         if len(memory):
-            sign = _lookup(ids, signs, line.mid[memory], 0)
+            sign = lookup(ids, signs, line.mid[memory], 0)
             size = np.zeros(len(memory), np.int64)
             for stat in (get("requested_bytes"), get("allocation_bytes")):
                 if stat is not None:
@@ -415,6 +352,24 @@ def _cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
+def _steps(ops: Ops, extra: Extra, start: np.ndarray, on_device: np.ndarray,
+           lane: np.ndarray, launched: np.ndarray
+           ) -> tuple[np.ndarray, list[tuple[int, int, int]], str]:
+    """steps_and_spans, with the kind of the spans ("device", "marker"); markers that
+    cover only the dispatch are rebound to their work (xplane_async, said in a warning)."""
+    dur, group = _cat(ops.dur_ps, np.int64), _cat(ops.group, np.int64)
+    step, spans = steps_and_spans(start, dur, group, on_device, lane, extra.markers,
+                                  launched)
+    if np.any(on_device & (group >= 0)):
+        return step, spans, "device"
+    rebound = xplane_async.rebind(extra.markers, start, dur, _cat(ops.run, np.int64), step,
+                                  launched >= 0)
+    if rebound is None:
+        return step, spans, "marker"
+    extra.warnings.append(rebound.note)
+    return rebound.step, rebound.spans, rebound.kind
+
+
 def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     """Executions + keys, allocations and threads; the others empty."""
     start = _cat(ops.start_ps, np.int64)
@@ -426,11 +381,10 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     dur, group = column(ops.dur_ps, np.int64), column(ops.group, np.int64)
     launched = xplane_links.launch_times(column(ops.run, np.int64),
                                          column(ops.corr, np.int64), on_device, extra)
-    step, spans = steps_and_spans(start, dur, group, on_device, lane, extra.markers,
-                                  launched)
+    step, spans, span_kind = _steps(ops, extra, start, on_device, lane, launched)
     # One key per (lane, name).
     n_names = max(len(ops.names), 1)
-    uniq, key_id = _factorize(lane * n_names + column(ops.name, np.int64))
+    uniq, key_id = factorize(lane * n_names + column(ops.name, np.int64))
     key_lane, key_name = uniq // n_names, uniq % n_names
     nodes = [ops.names[int(i)] for i in key_name]
     keys = pl.DataFrame({
@@ -479,9 +433,7 @@ def frames_of(ops: Ops, extra: Extra, worker: str) -> dict[str, pl.DataFrame]:
     }).cast(schema.ALLOCATION_SCHEMA)  # type: ignore[arg-type]
     return {"executions": executions, "keys": keys, "threads": threads,
             "allocations": allocations,
-            "step_spans": step_spans(
-                spans, "device" if np.any(on_device & (group >= 0)) else "marker",
-                device_steps),
+            "step_spans": step_spans(spans, span_kind, device_steps),
             "device_steps": device_steps,
             "attribution": attribution(extra.attribution),
             "timing": pl.DataFrame({"rules": ["xprof"]}, schema=schema.TIMING_SCHEMA)}
@@ -491,10 +443,10 @@ def _threads(ops: Ops, step: np.ndarray, lane: np.ndarray, thread: np.ndarray
              ) -> pl.DataFrame:
     """Each (step, lane, thread) that ran an op, with its line's name."""
     n = len(step)
-    steps, step_no = _factorize(step)
-    threads_u, thread_no = _factorize(thread)
+    steps, step_no = factorize(step)
+    threads_u, thread_no = factorize(thread)
     n_lanes, n_threads = max(len(ops.lanes), 1), max(len(threads_u), 1)
-    present, _ = _factorize((step_no * n_lanes + lane) * n_threads + thread_no)
+    present, _ = factorize((step_no * n_lanes + lane) * n_threads + thread_no)
     t_step = steps[present // (n_lanes * n_threads)] if n else present
     t_lane = (present // n_threads) % n_lanes
     t_thread = threads_u[present % n_threads] if n else present
