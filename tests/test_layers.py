@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("render", ("runlens.analyzer.render",)),
     ("gate and timeline", ("runlens.analyzer.gate", "runlens.analyzer.timeline")),
     ("analysis", ("runlens.analyzer.analysis",)),
+    ("engines", ("runlens.analyzer.engines",)),
     ("load and caches", ("runlens.analyzer.load", "runlens.analyzer.products",
                          "runlens.analyzer.productcache", "runlens.analyzer.cache")),
     ("sources", ("runlens.analyzer.sources",)),
