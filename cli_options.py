@@ -121,6 +121,43 @@ def load_options(no_cache: bool) -> LoadOptions:
                                         profile_run=meta.get(_PROFILE_RUN_KEY)))
 
 
+def run_summary(run_dir: str, no_cache: bool, steps: StepChoice) -> dict:
+    """`analyze summary`'s dict: of a run of several parts, made of the pieces its
+    hosts' tasks give (--engine; the driver holds no host's events), else of the Run."""
+    from .analyzer.analysis.runsummary import summary
+    from .analyzer.engines import summary as fleet_summary
+
+    meta = _meta()
+    _use_cache_dir(meta)
+    progress = Progress("reading hosts", minimum=2)
+    try:
+        made = fleet_summary(run_dir, load_options(no_cache),
+                             meta.get(_ENGINE_KEY) or DEFAULT_ENGINE, steps,
+                             progress=progress, on_note=_note if meta.get(_ENGINE_KEY) else None)
+    finally:
+        progress.close()
+    if made is None:
+        return summary(load(run_dir, no_cache), steps)
+    for warning in made["warnings"]:
+        click.echo(f"analyze: warning: {one_line(warning)}", err=True)
+    return made
+
+
+def _meta() -> dict[str, Any]:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta if ctx is not None else {}
+
+
+def _use_cache_dir(meta: dict[str, Any]) -> None:
+    """--cache-dir: this process and the tasks it starts read and write caches there."""
+    if meta.get(_CACHE_DIR_KEY):
+        os.environ["RUNLENS_CACHE_DIR"] = os.path.abspath(meta[_CACHE_DIR_KEY])
+
+
+def _note(text: str) -> None:
+    click.echo(f"analyze: note: {one_line(text)}", err=True)
+
+
 def load(run_dir: str, no_cache: bool) -> Run:
     """The Run at `run_dir` read with this command's options (its parts by --engine);
     its warnings on stderr."""
@@ -131,17 +168,12 @@ def load(run_dir: str, no_cache: bool) -> Run:
     def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
         click.echo(f"analyze: warning: {one_line(warning)}", err=True)
 
-    def note(text: str) -> None:
-        click.echo(f"analyze: note: {one_line(text)}", err=True)
-
-    ctx = click.get_current_context(silent=True)
-    meta: dict[str, Any] = ctx.meta if ctx is not None else {}
-    if meta.get(_CACHE_DIR_KEY):  # the tasks and this process read the caches there
-        os.environ["RUNLENS_CACHE_DIR"] = os.path.abspath(meta[_CACHE_DIR_KEY])
+    meta = _meta()
+    _use_cache_dir(meta)
     try:
         run = load_run(run_dir, load_options(no_cache), meta.get(_ENGINE_KEY) or DEFAULT_ENGINE,
                        progress=progress, on_warning=warn_late,
-                       on_note=note if meta.get(_ENGINE_KEY) else None)
+                       on_note=_note if meta.get(_ENGINE_KEY) else None)
     finally:
         progress.close()
     for warning in run.warnings:

@@ -102,12 +102,17 @@ def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
     return frames, warnings, (stored, None) if stored is not None else None
 
 
-def read_part(source: sources.Source, part: sources.Part, jobs: int, warn: Warn
-              ) -> tuple[dict[str, Any], list[str]]:
-    """One part's frames (from its cache, else read and the cache written) and warnings:
-    what an engine's task (analyzer/engines) does for one host."""
-    frames, warnings, _ = _cached_frames(source, part, jobs, None, warn)
-    return frames, warnings
+def read_part(source: sources.Source, part: sources.Part, jobs: int) -> Run:
+    """One part as a Run of its own (from its cache, else read and the cache written),
+    its warnings as `load` gives them for it: what an engine's task (analyzer/engines)
+    does for one host."""
+    warnings: list[str] = []
+    frames, part_warnings, _ = _cached_frames(source, part, jobs, None, warnings.append)
+    lacking = built(frames["lacks"])
+    lacks = dict(zip(lacking.get_column("what").to_list(),
+                     lacking.get_column("why").to_list(), strict=True))
+    return Run.from_frames(frames, paths=[part.path], warnings=warnings + part_warnings,
+                           lacks=lacks)
 
 
 def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part, jobs: int,

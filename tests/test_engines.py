@@ -21,16 +21,37 @@ from .conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST_FILE = ROOT / "fixtures/workers/jax_balanced/worker0/plugins/profile/run1/host.xplane.pb"
+# A GPU profile (host + 8 GPU planes) with device time placed on ops (the attribution)
+BERT = (ROOT.parent / "shared/data/xplane"
+        / "tensorflow__profiler__GPU-multi-worker__34.83.195.179_6003.xplane.pb")
 
 
-def fleet(base: Path, hosts: int) -> Path:
-    """A profile run of `hosts` copies of a real JAX profile (one worker of a two-host
-    job), each under its own host name."""
+def fleet(base: Path, hosts: int, host_file: Path = HOST_FILE) -> Path:
+    """A profile run of `hosts` copies of a real profile (by default a JAX one, one worker
+    of a two-host job), each under its own host name."""
     run = base / f"fleet{hosts}" / "plugins" / "profile" / "run1"
     run.mkdir(parents=True)
     for i in range(hosts):
-        shutil.copyfile(HOST_FILE, run / f"host{i:03d}.xplane.pb")
+        shutil.copyfile(host_file, run / f"host{i:03d}.xplane.pb")
     return base / f"fleet{hosts}"
+
+
+@pytest.mark.parametrize("host_file", [HOST_FILE, BERT], ids=["jax", "bert"])
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_summary_of_hosts_pieces_is_the_runs_own(tmp_path, monkeypatch, host_file, fmt):
+    """`summary` of several hosts is made of the pieces their tasks give, the driver
+    loading no host (load.load is not called here): the bytes of the summary of the
+    whole Run read sequentially (--no-cache)."""
+    if not host_file.exists():
+        pytest.skip(f"{host_file} missing")
+    path = fleet(tmp_path, 3, host_file)
+    sequential = run_cli(["summary", path, "--format", fmt, "--no-cache"]).stdout
+
+    def no_driver_load(*_args, **_kwargs):
+        raise AssertionError("the driver loaded the run")
+
+    monkeypatch.setattr(load, "load", no_driver_load)
+    assert run_cli(["summary", path, "--format", fmt]).stdout == sequential
 
 
 @pytest.mark.parametrize("command", [["summary", "--format", "json"],
@@ -135,7 +156,8 @@ def test_ray_engine_equals_local_on_8_and_32_hosts(tmp_path, monkeypatch):
         shell = f'ip link set lo up && exec "$0" {ROOT / "tests/ray_fleet.py"} "$@"'
         done = subprocess.run(["unshare", "-n", "sh", "-c", shell, sys.executable, temp,
                                *map(str, fleets)], capture_output=True, text=True,
-                              timeout=900, env={**os.environ, "RAY_TMPDIR": temp})
+                              timeout=900, env={**os.environ, "RAY_TMPDIR": temp,
+                                   "HOME": str(tmp_path)})  # Ray's token: ~/.ray
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]

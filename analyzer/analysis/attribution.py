@@ -22,7 +22,7 @@ def attribution_shares(run: Run) -> dict[str, float]:
     frame = run.attribution
     if not frame.height:
         return {}
-    per = frame.group_by("how").agg(pl.col("device_ps").sum())
+    per = frame.group_by("how").agg(pl.col("device_ps").sum()).sort("how")  # stable output
     total = int(per["device_ps"].sum())
     if total <= 0:
         return {}

@@ -39,6 +39,7 @@ class HostTask:
     kind: str
     part: sources.Part
     cache_dir: str | None
+    wants: tuple[str, ...] = ()  # what it computes besides aggregates: "summary" (pieces)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class HostResult:
     warnings: tuple[str, ...]
     seconds: float  # the task's own time
     ran_by: str  # the process (pid) or Ray task id that ran it
+    lacks: tuple[tuple[str, str], ...] = ()  # what the host's format lacks, and why
+    pieces: tuple[tuple[str, bytes], ...] = ()  # analysis.hostsummary's, as Arrow IPC
 
 
 def run_tasks(engine: str, tasks: list[HostTask],
@@ -81,6 +84,45 @@ def load_run(path: str | os.PathLike[str], options: loading.LoadOptions, engine:
                 "this command reads every host's events in the driver")
     options = dataclasses.replace(options, left_out={**options.left_out, **failed})
     return loading.load(path, options, progress=None, on_warning=on_warning)
+
+
+def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
+            choice: Any, *, progress: Progress | None = None,
+            on_note: Warn | None = None) -> dict | None:
+    """`analyze summary` of a run of several parts from its hosts' pieces (one task
+    each; analysis.hostsummary): the driver holds no host's events. None when the run
+    has one part or is read without the cache: then it is loaded as before."""
+    import polars as pl
+
+    from ..analysis.hostsummary import summary_of
+    from ..errors import RunDirError
+
+    reader = sources.detect(path, options.source)
+    parts = reader.parts(Path(path), options.chosen)
+    if len(parts) < 2 or not options.use_cache:
+        return None
+    cache_dir = os.environ.get(loading.cache.CACHE_DIR_VARIABLE) or None
+    results = run_tasks(engine, [HostTask(reader.kind, p, cache_dir, ("summary",))
+                                 for p in parts], progress)
+    warnings: list[str] = []
+    lacks: dict[str, str] = {}
+    paths, hosts = [], []
+    for part, result in zip(parts, results, strict=True):  # as load.load says them
+        warnings.extend(part.warnings)
+        if result.error is not None:
+            warnings.append(f"{result.error}; worker {part.worker} left out")
+            continue
+        lacks.update(result.lacks)
+        warnings.extend(result.warnings)
+        paths.append(str(part.path))
+        hosts.append({name: pl.read_ipc(data) for name, data in result.pieces})
+    if on_note is not None:
+        on_note(f"{len(parts)} hosts read by the {engine} engine ({len(hosts)} read, "
+                f"{len(parts) - len(hosts)} left out); the summary is made of their "
+                "per-host pieces")
+    if not hosts:
+        raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
+    return summary_of(hosts, choice, paths=paths, warnings=warnings, lacks=lacks)
 
 
 def aggregates_of(results: list[HostResult]) -> Any:

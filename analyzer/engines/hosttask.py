@@ -11,9 +11,10 @@ import time
 import polars as pl
 
 from .. import cache, registries
+from ..analysis import hostsummary
 from ..errors import RunlensError
 from ..load import read_part
-from ..model import built
+from ..model import Run
 from . import HostResult, HostTask
 
 
@@ -24,35 +25,42 @@ def read_host(task: HostTask, ran_by: str | None = None) -> HostResult:
         os.environ[cache.CACHE_DIR_VARIABLE] = task.cache_dir
     start = time.perf_counter()
     part = task.part
-    warnings: list[str] = []
+    warnings: tuple[str, ...] = ()
     error, aggregates = None, b""
+    lacks: tuple[tuple[str, str], ...] = ()
+    pieces: tuple[tuple[str, bytes], ...] = ()
     try:
         source = registries.load(registries.SOURCES[task.kind])
-        frames, part_warnings = read_part(source, part, 1, warnings.append)
-        warnings.extend(part_warnings)
-        aggregates = _aggregates(frames)
+        run = read_part(source, part, 1)
+        warnings, lacks = tuple(run.warnings), tuple(run.lacks.items())
+        aggregates = _ipc(_aggregates(run))
+        if "summary" in task.wants:
+            pieces = tuple((name, _ipc(frame)) for name, frame in hostsummary.pieces(run).items())
         cache.wait()
     except RunlensError as e:
         error = str(e)
     except Exception as e:  # noqa: BLE001 - a task's failure is its host's, not the driver's
         error = f"{part.path}: cannot be read ({type(e).__name__}: {e})"
     return HostResult(worker=part.worker, path=str(part.path), error=error,
-                      aggregates=aggregates, warnings=tuple(warnings),
+                      aggregates=aggregates, warnings=warnings,
                       seconds=time.perf_counter() - start,
-                      ran_by=ran_by or f"pid {os.getpid()}")
+                      ran_by=ran_by or f"pid {os.getpid()}", lacks=lacks, pieces=pieces)
 
 
-def _aggregates(frames: dict) -> bytes:
-    """Per step, device and op type: executions and their op time (ns), as Arrow IPC."""
-    keys = built(frames["keys"]).select("device", "op_type").with_row_index("key_id")
-    executions = built(frames["executions"])
+def _aggregates(run: Run) -> pl.DataFrame:
+    """Per step, device and op type: executions and their op time (ns)."""
+    executions = run.executions
+    keys = run.keys.select("device", "op_type").with_row_index("key_id")
     keys = keys.with_columns(pl.col("key_id").cast(executions.schema["key_id"]))
-    table = (
+    return (
         executions.select("key_id", "step", "op_end_rel_ns")
         .join(keys, on="key_id", how="left")
         .group_by("step", "device", "op_type")
         .agg(executions=pl.len(), op_ns=pl.col("op_end_rel_ns").sum())
         .sort("step", "device", "op_type", nulls_last=True)
     )
-    buffer = table.write_ipc(None)
-    return buffer.getvalue()
+
+
+def _ipc(frame: pl.DataFrame) -> bytes:
+    """A frame as Arrow IPC bytes: what crosses from a task to the driver."""
+    return frame.write_ipc(None).getvalue()

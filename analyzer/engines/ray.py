@@ -21,6 +21,10 @@ class RayMissing(RunlensError):
     """Ray is not installed (exit 2, one line)."""
 
 
+class RayUnreachable(RunlensError):
+    """The cluster in RAY_ADDRESS cannot be joined, or a local Ray cannot start."""
+
+
 def _ray() -> Any:
     try:
         import ray
@@ -34,13 +38,19 @@ def _connect(ray: Any) -> bool:
     own default otherwise). True when this call started it (and must shut it down)."""
     if ray.is_initialized():
         return False
-    quiet = {"log_to_driver": False, "logging_level": "error"}
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(**quiet)  # Ray reads the address itself: "auto", ray://, host:port
-        return True
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "error"}
+    address = os.environ.get("RAY_ADDRESS")
     temp = os.environ.get("RAY_TMPDIR")
-    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False,
-             **({"_temp_dir": temp} if temp else {}), **quiet)
+    if not address:  # a Ray of our own, for this command: loopback only
+        quiet.update(_node_ip_address="127.0.0.1", include_dashboard=False,
+                     **({"_temp_dir": temp} if temp else {}))
+    try:
+        ray.init(**quiet)  # Ray reads RAY_ADDRESS itself: "auto", ray://, host:port
+    except Exception as e:  # noqa: BLE001 - Ray's own errors: a cluster we cannot use
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise RayUnreachable(f"--engine ray: cannot use {where}: {type(e).__name__}: "
+                             f"{first}") from None
     return True
 
 
