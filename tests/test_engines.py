@@ -36,15 +36,18 @@ def fleet(base: Path, hosts: int, host_file: Path = HOST_FILE) -> Path:
     return base / f"fleet{hosts}"
 
 
-@pytest.mark.parametrize("host_file", [HOST_FILE, BERT], ids=["jax", "bert"])
-@pytest.mark.parametrize("fmt", ["json", "text"])
-def test_summary_of_hosts_pieces_is_the_runs_own(tmp_path, monkeypatch, host_file, fmt):
+@pytest.mark.parametrize(("host_file", "hosts", "fmt"), [
+    (HOST_FILE, 3, "json"), (HOST_FILE, 3, "text"), (BERT, 3, "json"), (BERT, 3, "text"),
+    (HOST_FILE, 20, "json"),  # more than engines._COMPACT_EVERY: pieces compacted
+], ids=["jax-json", "jax-text", "bert-json", "bert-text", "jax-20-hosts"])
+def test_summary_of_hosts_pieces_is_the_runs_own(tmp_path, monkeypatch, host_file, hosts,
+                                                 fmt):
     """`summary` of several hosts is made of the pieces their tasks give, the driver
     loading no host (load.load is not called here): the bytes of the summary of the
     whole Run read sequentially (--no-cache)."""
     if not host_file.exists():
         pytest.skip(f"{host_file} missing")
-    path = fleet(tmp_path, 3, host_file)
+    path = fleet(tmp_path, hosts, host_file)
     sequential = run_cli(["summary", path, "--format", fmt, "--no-cache"]).stdout
 
     def no_driver_load(*_args, **_kwargs):

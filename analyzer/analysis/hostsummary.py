@@ -41,6 +41,27 @@ def pieces(run: Run) -> Pieces:
     }
 
 
+def compact(hosts: list[Pieces]) -> Pieces:
+    """Several hosts' pieces as one that gives the same summary, each device's node names
+    kept once: what the driver holds while hosts come in is their union (the same few
+    names on every host of one job), not every host's copy."""
+
+    def cat(name: str) -> pl.DataFrame:
+        return pl.concat([h[name] for h in hosts], how="vertical_relaxed")
+
+    names = pl.col("names").list.explode(keep_nulls=True, empty_as_null=False)
+    return {
+        "steps": cat("steps"),
+        "devices": cat("devices").group_by("device").agg(
+            node_stats=pl.col("node_stats").sum(), names=names.unique()),
+        "distinct": cat("distinct").select(pl.col("distinct").sum()),
+        "op_types": cat("op_types").unique(),
+        "workers": cat("workers").unique(),
+        "traced": cat("traced").unique(),
+        "attribution": cat("attribution"),
+    }
+
+
 class _Attribution:
     """The one frame attribution_shares and attribution_note read of a Run."""
 

@@ -57,10 +57,24 @@ class HostResult:
     pieces: tuple[tuple[str, bytes], ...] = ()  # analysis.hostsummary's, as Arrow IPC
 
 
-def run_tasks(engine: str, tasks: list[HostTask],
-              progress: Progress | None = None) -> list[HostResult]:
-    """The tasks run by `engine` (a name of registries.ENGINES), results in their order."""
-    return registries.load(registries.ENGINES[engine])(tasks, progress)
+Each = Callable[[int, "HostResult"], None]
+_COMPACT_EVERY = 16  # hosts' summary pieces held before they are put together
+
+
+def run_tasks(engine: str, tasks: list[HostTask], progress: Progress | None = None,
+              each: Each | None = None) -> list[HostResult]:
+    """The tasks run by `engine` (a name of registries.ENGINES), results in their order.
+    With `each`, each result is given to it as it comes (task index, result) and kept
+    without its pieces, so that the driver holds only what `each` keeps of them."""
+    return registries.load(registries.ENGINES[engine])(tasks, progress, each)
+
+
+def handed(index: int, result: HostResult, each: Each | None) -> HostResult:
+    """`result` given to `each` (when there is one) and kept without its pieces."""
+    if each is None:
+        return result
+    each(index, result)
+    return dataclasses.replace(result, pieces=())
 
 
 def load_run(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str, *,
@@ -94,7 +108,7 @@ def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: 
     has one part or is read without the cache: then it is loaded as before."""
     import polars as pl
 
-    from ..analysis.hostsummary import summary_of
+    from ..analysis.hostsummary import compact, summary_of
     from ..errors import RunDirError
 
     reader = sources.detect(path, options.source)
@@ -102,11 +116,19 @@ def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: 
     if len(parts) < 2 or not options.use_cache:
         return None
     cache_dir = os.environ.get(loading.cache.CACHE_DIR_VARIABLE) or None
+    held: list[Any] = []  # hosts' pieces, compacted as they come (hostsummary.compact)
+
+    def each(_index: int, result: HostResult) -> None:
+        if result.error is None:
+            held.append({name: pl.read_ipc(data) for name, data in result.pieces})
+        if len(held) > _COMPACT_EVERY:
+            held[:] = [compact(held)]
+
     results = run_tasks(engine, [HostTask(reader.kind, p, cache_dir, ("summary",))
-                                 for p in parts], progress)
+                                 for p in parts], progress, each)
     warnings: list[str] = []
     lacks: dict[str, str] = {}
-    paths, hosts = [], []
+    paths = []
     for part, result in zip(parts, results, strict=True):  # as load.load says them
         warnings.extend(part.warnings)
         if result.error is not None:
@@ -115,14 +137,13 @@ def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: 
         lacks.update(result.lacks)
         warnings.extend(result.warnings)
         paths.append(str(part.path))
-        hosts.append({name: pl.read_ipc(data) for name, data in result.pieces})
     if on_note is not None:
-        on_note(f"{len(parts)} hosts read by the {engine} engine ({len(hosts)} read, "
-                f"{len(parts) - len(hosts)} left out); the summary is made of their "
+        on_note(f"{len(parts)} hosts read by the {engine} engine ({len(paths)} read, "
+                f"{len(parts) - len(paths)} left out); the summary is made of their "
                 "per-host pieces")
-    if not hosts:
+    if not paths:
         raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
-    return summary_of(hosts, choice, paths=paths, warnings=warnings, lacks=lacks)
+    return summary_of(held, choice, paths=paths, warnings=warnings, lacks=lacks)
 
 
 def aggregates_of(results: list[HostResult]) -> Any:

@@ -8,11 +8,12 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from . import HostResult, HostTask, Progress
+from . import Each, HostResult, HostTask, Progress, handed
 from .hosttask import read_host
 
 
-def run(tasks: list[HostTask], progress: Progress | None = None) -> list[HostResult]:
+def run(tasks: list[HostTask], progress: Progress | None = None,
+        each: Each | None = None) -> list[HostResult]:
     """Each task in a process of its own ("spawn": polars' threads do not survive a
     fork); results in the tasks' order."""
     workers = max(1, min(len(tasks), os.cpu_count() or 1))
@@ -23,12 +24,13 @@ def run(tasks: list[HostTask], progress: Progress | None = None) -> list[HostRes
         for done, future in enumerate(as_completed(futures), start=1):
             i = futures[future]
             try:
-                results[i] = future.result()
+                result = future.result()
             except Exception as e:  # noqa: BLE001 - the process died (killed, out of memory)
                 part = tasks[i].part
-                results[i] = HostResult(part.worker, str(part.path),
-                                        f"{part.path}: its task failed ({type(e).__name__})",
-                                        b"", (), 0.0, "")
+                result = HostResult(part.worker, str(part.path),
+                                    f"{part.path}: its task failed ({type(e).__name__})",
+                                    b"", (), 0.0, "")
+            results[i] = handed(i, result, each)
             if progress:
                 progress(done, len(tasks))
     return [r for r in results if r is not None]

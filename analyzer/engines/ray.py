@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..errors import RunlensError
-from . import HostResult, HostTask, Progress
+from . import Each, HostResult, HostTask, Progress, handed
 
 MISSING = "--engine ray needs Ray: pip install 'runlens[ray]'"
 
@@ -62,7 +62,8 @@ def _remote_read(task: HostTask) -> HostResult:
     return read_host(task, ran_by=f"ray task {ray.get_runtime_context().get_task_id()}")
 
 
-def run(tasks: list[HostTask], progress: Progress | None = None) -> list[HostResult]:
+def run(tasks: list[HostTask], progress: Progress | None = None,
+        each: Each | None = None) -> list[HostResult]:
     """Each task on the cluster (one CPU each); results in the tasks' order. A task that
     fails in Ray (its worker died, the node was lost) is that host's error."""
     ray = _ray()
@@ -76,7 +77,8 @@ def run(tasks: list[HostTask], progress: Progress | None = None) -> list[HostRes
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                results[index[ref]] = _result(ray, ref, tasks[index[ref]])
+                i = index[ref]
+                results[i] = handed(i, _result(ray, ref, tasks[i]), each)
                 done += 1
             if progress:
                 progress(done, len(tasks))
