@@ -93,6 +93,23 @@ def start_ray(temp: str) -> str:
     return str(context.address_info["gcs_address"])
 
 
+def per_host_cost(work: Path) -> float:
+    """One host's task alone (read with one thread, cache written, pieces made): its own
+    seconds, best of 3, each cold (a fresh cache folder): the cost docs/fleet.md scales."""
+    from runlens.analyzer import engines, sources
+
+    fleet = make_fleet(work / "one", 1)
+    reader = sources.detect(fleet)
+    part = reader.parts(fleet, sources.Selection())[0]
+    best = []
+    for _ in range(3):
+        cache = tempfile.mkdtemp(dir=work, prefix="cache")
+        task = engines.HostTask(reader.kind, part, cache, ("summary",))
+        best.append(engines.run_tasks("local", [task])[0].seconds)
+    shutil.rmtree(work / "one")
+    return min(best)
+
+
 def bench(hosts: list[int], engines: list[str]) -> list[dict]:
     rows = []
     work = Path(tempfile.mkdtemp(prefix="/tmp/rlfleet"))
@@ -101,6 +118,9 @@ def bench(hosts: list[int], engines: list[str]) -> list[dict]:
     os.environ["HOME"] = str(work)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     try:
+        cost = per_host_cost(work)
+        print(f"# one host's task ({HOST_FILE.stat().st_size / 1e6:.1f} MB): {cost:.2f} s",
+              flush=True)
         if ray_temp:
             env["RAY_ADDRESS"] = start_ray(ray_temp)
             env.update((k, v) for k, v in os.environ.items() if k.startswith("RAY_"))

@@ -180,3 +180,15 @@ def test_ray_engine_equals_local_on_8_and_32_hosts(tmp_path, monkeypatch):
     assert json.loads(bad["stdout"])["summary"]["workers"] == ["host000", "host001"]
     for host in ("host002", "host003", "host004"):
         assert host in bad["stderr"]
+
+
+def test_cache_dir_holds_each_hosts_cache(tmp_path):
+    """--cache-dir (shared storage on a cluster): each host's task writes its cache
+    there, and a second command reads them back (no host read again: same output)."""
+    path = fleet(tmp_path, 3)
+    where = tmp_path / "shared-cache"
+    first = run_cli(["ops", path, "--format", "json", "--cache-dir", where])
+    assert len([p for p in where.iterdir() if p.is_dir()]) >= 3
+    again = run_cli(["ops", path, "--format", "json", "--cache-dir", where])
+    assert again.stdout == first.stdout
+    assert not list(path.rglob(".runlens"))  # nothing beside the data

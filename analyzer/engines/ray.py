@@ -1,5 +1,6 @@
 """The Ray engine: one Ray task per part on the cluster in RAY_ADDRESS (as Ray's own
-tools read it), else on a Ray started here for this command, bound to loopback only.
+tools read it), else on a Ray started here for this command (node address 127.0.0.1, no
+dashboard; tests and benchmarks run it in a loopback-only network namespace).
 
 Ray is an optional dependency (`pip install 'runlens[ray]'`): without it, one line that
 names the extra. The cluster's workers import runlens too (the same install on every
@@ -41,7 +42,7 @@ def _connect(ray: Any) -> bool:
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "error"}
     address = os.environ.get("RAY_ADDRESS")
     temp = os.environ.get("RAY_TMPDIR")
-    if not address:  # a Ray of our own, for this command: loopback only
+    if not address:  # a Ray of our own, for this command, on loopback
         quiet.update(_node_ip_address="127.0.0.1", include_dashboard=False,
                      **({"_temp_dir": temp} if temp else {}))
     try:
