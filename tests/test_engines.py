@@ -36,6 +36,24 @@ def fleet(base: Path, hosts: int, host_file: Path = HOST_FILE) -> Path:
     return base / f"fleet{hosts}"
 
 
+def tf1_workers(base: Path, workers: int) -> Path:
+    """A folder of TF1 run dirs, one per worker of one job (copies of a captured run)."""
+    for i in range(workers):
+        shutil.copytree(ROOT / "fixtures/runs/straggler", base / "job" / f"worker{i}")
+    return base / "job"
+
+
+def test_tf1_worker_dirs_are_tasks_too(tmp_path, monkeypatch):
+    """Each TF1 worker dir is one task: summary (pieces) and ops (the run loaded from
+    the tasks' caches) as the sequential read gives them."""
+    path = tf1_workers(tmp_path, 3)
+    for command in (["summary", "--format", "json"], ["ops", "--format", "json"]):
+        sequential = run_cli([command[0], path, *command[1:], "--no-cache"]).stdout
+        parallel = run_cli([command[0], path, *command[1:], "--engine", "local"])
+        assert parallel.stdout == sequential
+        assert "3 hosts read by the local engine (3 read, 0 left out)" in parallel.stderr
+
+
 @pytest.mark.parametrize(("host_file", "hosts", "fmt"), [
     (HOST_FILE, 3, "json"), (HOST_FILE, 3, "text"), (BERT, 3, "json"), (BERT, 3, "text"),
     (HOST_FILE, 20, "json"),  # more than engines._COMPACT_EVERY: pieces compacted
