@@ -40,6 +40,7 @@ class HostTask:
     part: sources.Part
     cache_dir: str | None
     wants: tuple[str, ...] = ()  # what it computes besides aggregates: "summary" (pieces)
+    jobs: int = 1  # ingest's threads/processes inside the task (the local engine shares cores)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from . import HostResult, HostTask
 
 
 def read_host(task: HostTask, ran_by: str | None = None) -> HostResult:
-    """Read `task.part` with one thread (the engines run one task per core) and wait
-    until its cache is written: the driver reads it from there."""
+    """Read `task.part` with `task.jobs` threads or processes (one unless the local
+    engine has more cores than parts) and wait until its cache is written: the driver
+    reads it from there."""
     if task.cache_dir:
         os.environ[cache.CACHE_DIR_VARIABLE] = task.cache_dir
     start = time.perf_counter()
@@ -31,7 +32,7 @@ def read_host(task: HostTask, ran_by: str | None = None) -> HostResult:
     pieces: tuple[tuple[str, bytes], ...] = ()
     try:
         source = registries.load(registries.SOURCES[task.kind])
-        run = read_part(source, part, 1)
+        run = read_part(source, part, task.jobs)
         warnings, lacks = tuple(run.warnings), tuple(run.lacks.items())
         aggregates = _ipc(_aggregates(run))
         if "summary" in task.wants:

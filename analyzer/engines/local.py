@@ -1,9 +1,11 @@
 """The local engine: one task per part in a pool of processes, one per core (never more
-than the parts), each task reading with one thread, so the machine's cores are used once
-(ingest's own threads and processes are for one part read alone)."""
+than the parts), each task reading with its share of the cores (one when there are at
+least as many parts as cores), so the machine's cores are used once, not once by the
+pool and again by ingest's own threads and processes inside each part."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -16,7 +18,10 @@ def run(tasks: list[HostTask], progress: Progress | None = None,
         each: Each | None = None) -> list[HostResult]:
     """Each task in a process of its own ("spawn": polars' threads do not survive a
     fork); results in the tasks' order."""
-    workers = max(1, min(len(tasks), os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    workers = max(1, min(len(tasks), cores))
+    share = max(1, cores // max(1, len(tasks)))
+    tasks = [dataclasses.replace(task, jobs=share) for task in tasks]
     results: list[HostResult | None] = [None] * len(tasks)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
