@@ -1,8 +1,8 @@
 """Run by tests/test_engines.py under `unshare -n` (a network namespace with loopback
 only): starts one local Ray (its temp dir given, short), then for each fleet folder gives
-`analyze summary --format json --engine ray` and the engine's own results (which Ray task
-read which host), as one JSON line on stdout. Never meant to be run outside a namespace:
-it refuses when an interface other than loopback is up."""
+`analyze summary` and `analyze ops` (--format json --engine ray) and the engine's own
+results (which Ray task read which host), as one JSON line on stdout. Never meant to be
+run outside a namespace: it refuses when an interface other than loopback is up."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ def main() -> None:
         tasks = [engines.HostTask(reader.kind, p, os.environ.get("RUNLENS_CACHE_DIR"))
                  for p in parts]
         results = engines.run_tasks("ray", tasks)
+        ops = CliRunner().invoke(cli, ["ops", fleet, "--format", "json", "--engine", "ray"])
         out[fleet] = {"exit": result.exit_code, "stdout": result.stdout,
+                      "ops_exit": ops.exit_code, "ops": ops.stdout,
                       "stderr": result.stderr,
                       "ran_by": [r.ran_by for r in results],
                       "errors": [r.error for r in results],

@@ -188,6 +188,9 @@ def test_ray_engine_equals_local_on_8_and_32_hosts(tmp_path, monkeypatch):
         assert on_ray["exit"] == 0, on_ray["stderr"]
         local = run_cli(["summary", path, "--format", "json", "--engine", "local"])
         assert on_ray["stdout"] == local.stdout
+        assert on_ray["ops_exit"] == 0
+        assert on_ray["ops"] == run_cli(["ops", path, "--format", "json", "--engine",
+                                         "local"]).stdout
         assert len(json.loads(local.stdout)["summary"]["workers"]) == hosts
         assert len(set(on_ray["ran_by"])) == hosts  # one Ray task per host
         assert all(r.startswith("ray task ") for r in on_ray["ran_by"])
