@@ -29,6 +29,7 @@ from .cli_options import (
     no_cache_option,
     note_left_out,
     run_dir_argument,
+    run_summary,
     source_option,
     step_options,
     view_options,
@@ -85,11 +86,8 @@ def summary(run_dir: str, fmt: str, no_cache: bool) -> None:
 
     The statistics leave out warm-up and outlier steps (named, with why) unless
     --include-warmup."""
-    from .analyzer.analysis.runsummary import summary as make_summary
-
-    steps = choice()
-    run = load(run_dir, no_cache)
-    click.echo(registries.renderer("summary", fmt)(make_summary(run, steps)), nl=False)
+    made = run_summary(run_dir, no_cache, choice())  # of hosts' pieces when it has several
+    click.echo(registries.renderer("summary", fmt)(made), nl=False)
 
 
 @main.command()

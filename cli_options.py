@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .analyzer.registries import SOURCES
+from .analyzer.registries import ENGINES, SOURCES
 
 if TYPE_CHECKING:
     from .analyzer.analysis.stepselect import StepChoice
@@ -121,18 +121,59 @@ def load_options(no_cache: bool) -> LoadOptions:
                                         profile_run=meta.get(_PROFILE_RUN_KEY)))
 
 
+def run_summary(run_dir: str, no_cache: bool, steps: StepChoice) -> dict:
+    """`analyze summary`'s dict: of a run of several parts, made of the pieces its
+    hosts' tasks give (--engine; the driver holds no host's events), else of the Run."""
+    from .analyzer.analysis.runsummary import summary
+    from .analyzer.engines import summary as fleet_summary
+
+    meta = _meta()
+    _use_cache_dir(meta)
+    progress = Progress("reading hosts", minimum=2)
+    try:
+        made = fleet_summary(run_dir, load_options(no_cache),
+                             meta.get(_ENGINE_KEY) or DEFAULT_ENGINE, steps,
+                             progress=progress, on_note=_note if meta.get(_ENGINE_KEY) else None)
+    finally:
+        progress.close()
+    if made is None:
+        return summary(load(run_dir, no_cache), steps)
+    for warning in made["warnings"]:
+        click.echo(f"analyze: warning: {one_line(warning)}", err=True)
+    return made
+
+
+def _meta() -> dict[str, Any]:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta if ctx is not None else {}
+
+
+def _use_cache_dir(meta: dict[str, Any]) -> None:
+    """--cache-dir: this process and the tasks it starts read and write caches there."""
+    if meta.get(_CACHE_DIR_KEY):
+        os.environ["RUNLENS_CACHE_DIR"] = os.path.abspath(meta[_CACHE_DIR_KEY])
+
+
+def _note(text: str) -> None:
+    click.echo(f"analyze: note: {one_line(text)}", err=True)
+
+
 def load(run_dir: str, no_cache: bool) -> Run:
-    """The Run at `run_dir` read with this command's options; its warnings on stderr."""
-    from .analyzer.load import load as load_path
+    """The Run at `run_dir` read with this command's options (its parts by --engine);
+    its warnings on stderr."""
+    from .analyzer.engines import load_run
 
     progress = Progress()
 
     def warn_late(warning: str) -> None:  # found after loading (a cache damaged later)
         click.echo(f"analyze: warning: {one_line(warning)}", err=True)
 
+    meta = _meta()
+    _use_cache_dir(meta)
     try:
-        run = load_path(run_dir, load_options(no_cache), progress=progress,
-                        on_warning=warn_late)
+        run = load_run(run_dir, load_options(no_cache), meta.get(_ENGINE_KEY) or DEFAULT_ENGINE,
+                       progress=progress, on_warning=warn_late,
+                       on_note=_note if meta.get(_ENGINE_KEY) else None)
     finally:
         progress.close()
     for warning in run.warnings:
@@ -161,6 +202,9 @@ def no_cache_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 _SOURCE_KEY = "runlens.source"
 _WORKERS_KEY = "runlens.workers"
 _PROFILE_RUN_KEY = "runlens.profile_run"
+_ENGINE_KEY = "runlens.engine"
+_CACHE_DIR_KEY = "runlens.cache_dir"
+DEFAULT_ENGINE = next(iter(ENGINES))
 # Options for every command that reads a PATH; `load` takes them from the context.
 _source = click.option(
     "--source", metavar="KIND", default=None, expose_value=False,
@@ -174,8 +218,22 @@ _profile_run = click.option(
          "(plugins/profile/NAME/) instead of the newest (docs/xplane.md).")
 
 
+_engine = click.option(
+    "--engine", type=click.Choice(list(ENGINES)), default=None, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_ENGINE_KEY, value),
+    help=f"Who reads the run's host files (or worker dirs), one task each: {DEFAULT_ENGINE} "
+         "(default): a process per core; ray: the Ray cluster in RAY_ADDRESS, else a "
+         "local one (pip install 'runlens[ray]'; docs/fleet.md).")
+_cache_dir = click.option(
+    "--cache-dir", metavar="DIR", default=None, expose_value=False,
+    type=click.Path(file_okay=False),
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__(_CACHE_DIR_KEY, value),
+    help="Keep the analysis cache under DIR (as RUNLENS_CACHE_DIR does): storage every "
+         "Ray node shares, for --engine ray on a cluster.")
+
+
 def source_option(f: Any) -> Any:
-    return _source(_profile_run(f))
+    return _source(_profile_run(_engine(_cache_dir(f))))
 
 
 _STEPS_KEY = "runlens.steps"

@@ -102,6 +102,19 @@ def _cached_frames(source: sources.Source, part: sources.Part, jobs: int,
     return frames, warnings, (stored, None) if stored is not None else None
 
 
+def read_part(source: sources.Source, part: sources.Part, jobs: int) -> Run:
+    """One part as a Run of its own (from its cache, else read and the cache written),
+    its warnings as `load` gives them for it: what an engine's task (analyzer/engines)
+    does for one host."""
+    warnings: list[str] = []
+    frames, part_warnings, _ = _cached_frames(source, part, jobs, None, warnings.append)
+    lacking = built(frames["lacks"])
+    lacks = dict(zip(lacking.get_column("what").to_list(),
+                     lacking.get_column("why").to_list(), strict=True))
+    return Run.from_frames(frames, paths=[part.path], warnings=warnings + part_warnings,
+                           lacks=lacks)
+
+
 def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part, jobs: int,
              key: dict[str, Any] | None, warn: Warn) -> dict[str, Callable[[], pl.DataFrame]]:
     """Readers of cached frames that, if the cache turns out damaged when a frame is read,
@@ -127,12 +140,14 @@ def _guarded(readers: cache.Readers, source: sources.Source, part: sources.Part,
 class LoadOptions:
     """How to read a PATH: what the command line's shared flags chose, as one typed
     object passed from the CLI to loading (--no-cache, --source, --workers,
-    --profile-run)."""
+    --profile-run; --engine: analyzer/engines)."""
 
     use_cache: bool = True
     source: str | None = None  # a kind of analyzer.registries.SOURCES; None: detect it
     chosen: sources.Selection = field(default_factory=sources.Selection)
     jobs: int | None = None  # threads/processes of ingest; None: one per core
+    # parts (by path) not to read, each with why (an engine's task failed on it)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def load_run(
@@ -184,6 +199,9 @@ def load(path: str | os.PathLike[str], options: LoadOptions, *,
     for part in parts:
         warnings.extend(part.warnings)  # what finding the parts could not read
         frames: dict[str, Any]
+        if str(part.path) in options.left_out:
+            warnings.append(f"{options.left_out[str(part.path)]}; worker {part.worker} left out")
+            continue
         try:
             if use_cache:
                 frames, part_warnings, where = _cached_frames(reader, part, jobs, progress,

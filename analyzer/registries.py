@@ -30,6 +30,13 @@ SOURCES: dict[str, str] = {
     "tfprof": "sources.tfprof:SOURCE",
 }
 
+# Who reads a run's parts (host files, worker dirs) when it has several: one task per
+# part (analyzer/engines). The first is the default.
+ENGINES: dict[str, str] = {
+    "local": "engines.local:run",
+    "ray": "engines.ray:run",
+}
+
 # Output formats of each kind of output: format -> the function that renders it.
 RENDERERS: dict[str, dict[str, str]] = {
     # a View (analysis.views) -> str | bytes; speedscope and pprof: the tree views

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("advisor", ("runlens.checkers",)),
     ("render", ("runlens.analyzer.render",)),
     ("gate and timeline", ("runlens.analyzer.gate", "runlens.analyzer.timeline")),
+    ("engines", ("runlens.analyzer.engines",)),
     ("analysis", ("runlens.analyzer.analysis",)),
     ("load and caches", ("runlens.analyzer.load", "runlens.analyzer.products",
                          "runlens.analyzer.productcache", "runlens.analyzer.cache")),

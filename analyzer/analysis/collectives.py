@@ -53,8 +53,14 @@ def executions(run: Run) -> pl.DataFrame:
     op_type, category, start_ns, self_ns (op_end_rel_ns) and wait_ns (the part of the
     execution spent waiting for peers: all of a wait row; a TF collective's gap to its
     last worker)."""
+    return arrived(own_executions(run))
+
+
+def own_executions(run: Run) -> pl.DataFrame:
+    """`executions` as one host sees them: a TF collective's wait for the other workers
+    not yet known (arrived() of every host's rows gives it: analysis/hostsummary)."""
     nodes = run.nodes_lazy().select("worker", "device", "step", "node_name", "op_type",
-                                    "kernel", "start_ns", "op_end_rel_ns", "all_end_rel_ns")
+                                    "kernel", "start_ns", "op_end_rel_ns")
     # The category of each distinct (op type, kernel): regexes on the few names, not on
     # every execution of a large run.
     kinds = (nodes.select("op_type", "kernel").unique()
@@ -62,10 +68,17 @@ def executions(run: Run) -> pl.DataFrame:
              .filter(pl.col("category") != COMPUTE))
     rows = nodes.join(kinds, on=["op_type", "kernel"], how="inner", nulls_equal=True).collect()
     wait = pl.when(pl.col("category") == WAIT).then(pl.col("op_end_rel_ns")).otherwise(0)
-    rows = rows.with_columns(wait_ns=wait.cast(pl.Int64))
+    return (rows.with_columns(wait_ns=wait.cast(pl.Int64))
+            .rename({"op_end_rel_ns": "self_ns"}).drop("kernel")
+            .with_columns(pl.col("worker", "device", "node_name", "op_type")
+                          .cast(pl.String)))
+
+
+def arrived(rows: pl.DataFrame) -> pl.DataFrame:
+    """`rows` of one or more workers with each TF collective's wait for the last worker."""
     if rows.select(pl.col("worker").n_unique()).item() > 1:
-        rows = _arrival_waits(rows)
-    return rows.rename({"op_end_rel_ns": "self_ns"}).drop("all_end_rel_ns", "kernel")
+        return _arrival_waits(rows)
+    return rows
 
 
 def _arrival_waits(rows: pl.DataFrame) -> pl.DataFrame:
@@ -76,7 +89,7 @@ def _arrival_waits(rows: pl.DataFrame) -> pl.DataFrame:
     rows = rows.with_columns(occ=occurrence)
     last = pl.col("start_ns").max().over("node_name", "step", "occ")
     count = pl.col("worker").n_unique().over("node_name", "step", "occ")
-    gap = pl.min_horizontal(last - pl.col("start_ns"), pl.col("op_end_rel_ns"))
+    gap = pl.min_horizontal(last - pl.col("start_ns"), pl.col("self_ns"))
     return rows.with_columns(
         wait_ns=pl.when(tf & (count > 1)).then(gap).otherwise(pl.col("wait_ns"))
         .cast(pl.Int64)).drop("occ")
@@ -85,7 +98,11 @@ def _arrival_waits(rows: pl.DataFrame) -> pl.DataFrame:
 def per_device_step(run: Run) -> pl.DataFrame:
     """Per (worker, device, step): the time of its collectives with their waits
     (`collective_us`) and the part spent waiting for peers (`collective_wait_us`)."""
-    rows = executions(run)
+    return per_device_step_of(executions(run))
+
+
+def per_device_step_of(rows: pl.DataFrame) -> pl.DataFrame:
+    """per_device_step of `executions` rows."""
     return (rows.group_by("worker", "device", "step")
             .agg(collective_us=pl.col("self_ns").sum() / 1000.0,
                  collective_wait_us=pl.col("wait_ns").sum() / 1000.0)
@@ -94,20 +111,24 @@ def per_device_step(run: Run) -> pl.DataFrame:
 
 
 def summary(run: Run) -> dict | None:
-    """What `summary` says of the run's collectives: medians over its steps of their
-    time and wait (summed over the devices and workers, said how many), the wait's
-    share, and the time per kind; None when it ran none."""
-    rows = executions(run)
+    """What `summary` says of the run's collectives (summary_of its executions)."""
+    steps = run.nodes_lazy().select(pl.col("step").n_unique()).collect().item()
+    return summary_of(executions(run), steps)
+
+
+def summary_of(rows: pl.DataFrame, steps: int) -> dict | None:
+    """What `summary` says of collectives `rows` (executions) over `steps` steps: medians
+    over the steps of their time and wait (summed over the devices and workers, said how
+    many), the wait's share, and the time per kind; None when there are none."""
     if not rows.height:
         return None
     per_step = (rows.group_by("step").agg(
         total=pl.col("self_ns").sum() / 1000.0, wait=pl.col("wait_ns").sum() / 1000.0))
     total, wait = (per_step.select(pl.col(c).median()).item() or 0.0 for c in ("total", "wait"))
     devices = rows.select(pl.struct("worker", "device").n_unique()).item()
-    steps = max(run.nodes_lazy().select(pl.col("step").n_unique()).collect().item(), 1)
     kinds = (rows.filter(pl.col("category") == COLLECTIVE)
              .group_by(pl.col("op_type").cast(pl.String))
-             .agg(us=pl.col("self_ns").sum() / 1000.0 / steps).sort("op_type"))
+             .agg(us=pl.col("self_ns").sum() / 1000.0 / max(steps, 1)).sort("op_type"))
     return {"collective_us": round(total, 1), "collective_wait_us": round(wait, 1),
             "wait_share": round(wait / total, 4) if total else 0.0,
             "summed_over_devices": devices,

@@ -77,7 +77,11 @@ def _outside_ops(run: Run) -> pl.DataFrame:
 
 def outside_note(run: Run) -> str | None:
     """One line for a view: how much op time lay outside the steps, and of what."""
-    ops = outside_ops(run)
+    return note_of(outside_ops(run))
+
+
+def note_of(ops: pl.DataFrame) -> str | None:
+    """outside_note of outside rows (op_type, ns: outside_ops, or by_step's of some steps)."""
     if not ops.height:
         return None
     total = int(ops["ns"].sum())
@@ -87,6 +91,20 @@ def outside_note(run: Run) -> str | None:
     return (f"{ROW}: {total / 1e6:.2f}ms of op time ran outside the steps (before or "
             f"between step markers, or on tf.data's background threads: {what}); in no "
             "step's numbers")
+
+
+def by_step(run: Run) -> pl.DataFrame:
+    """worker, step, op_type, ns: the op time outside the steps by the step each
+    execution was given (so that a choice of steps can be made of one host's rows)."""
+    empty = {"worker": pl.String, "step": pl.Int64, "op_type": pl.String, "ns": pl.Int64}
+    if not run.step_spans.filter(pl.col("kind") == "marker").height:
+        return pl.DataFrame(schema=empty)
+    mask = outside(run)
+    if not mask.any():
+        return pl.DataFrame(schema=empty)
+    return (run.nodes.filter(mask).group_by("worker", "step", "op_type")
+            .agg(ns=pl.col("op_end_rel_ns").sum())
+            .sort("worker", "step", "op_type").cast(empty))  # type: ignore[arg-type]
 
 
 OUTSIDE_OPS = products.register("outside_ops", _outside_ops)

@@ -113,13 +113,24 @@ def require_traced(run: Run, step: int, where: str) -> None:
 
 def chosen_steps(run: Run, choice: StepChoice) -> pl.DataFrame:
     """step_flags with `in_range` and `analysed` (what `choice` keeps)."""
-    return step_flags(run).with_columns(in_range=_in_range(choice)).with_columns(
+    return choose(step_flags(run), choice)
+
+
+def choose(flags: pl.DataFrame, choice: StepChoice) -> pl.DataFrame:
+    """`flags` (step_flags' columns, of any workers: each worker's are its own) with
+    `in_range` and `analysed`: what `choice` keeps."""
+    return flags.with_columns(in_range=_in_range(choice)).with_columns(
         analysed=pl.col("in_range") & (pl.lit(choice.include_warmup) | ~pl.col("left_out")))
 
 
 def left_out(run: Run, choice: StepChoice) -> list[dict]:
     """The traced steps `choice` leaves out, with why: what summary and advise print."""
-    flags = chosen_steps(run, choice).filter(~pl.col("analysed"))
+    return left_out_rows(chosen_steps(run, choice))
+
+
+def left_out_rows(chosen: pl.DataFrame) -> list[dict]:
+    """`left_out` of `chosen_steps`' frame."""
+    flags = chosen.filter(~pl.col("analysed"))
     flags = flags.with_columns(why=pl.when(pl.col("in_range")).then(pl.col("why"))
                                .otherwise(pl.lit("outside --steps")))
     return flags.select("worker", "step", pl.col("step_us").round(1), "why").to_dicts()
