@@ -123,7 +123,10 @@ def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[s
         return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
             f"{readfile.shown(graphs)}: not a readable RunMetadata ({e}); no dataflow graph"]
     defs = [g.SerializeToString() for fg in meta.function_graphs for g in fg.partition_graphs]
-    frame = ingest.ingest_graph_defs(defs, readfile.shown(graphs), "partition")
+    try:  # a graph that is not a GraphDef (bad UTF-8 in an attribute): the profile stays
+        frame = ingest.ingest_graph_defs(defs, readfile.shown(graphs), "partition")
+    except InputFileError as e:
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [f"{e}; no dataflow graph"]
     return frame.unique(subset=["name"], keep="first", maintain_order=True), []
 
 
@@ -189,8 +192,9 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         warnings += more
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
-            lacks["graph"] = ("no function graphs beside the profile (capture with "
-                              "runlens.analyzer.capture.tf2 to get them)")
+            lacks["graph"] = (f"{GRAPHS_FILE} could not be read (its warning says why)"
+                              if more else "no function graphs beside the profile (capture "
+                              "with runlens.analyzer.capture.tf2 to get them)")
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
     if not frames["allocations"].height:
         lacks["allocations"] = "the profile holds no MemoryAllocation events"
