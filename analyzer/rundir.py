@@ -315,7 +315,7 @@ def find_runs(path: str | os.PathLike[str], workers: bool = False) -> list[RunDi
     runs, refused = [], []
     for p in found:  # a worker whose manifest is refused is left out, not the run
         try:
-            runs.append(_open_run(p, worker=_worker_name(p, p.name)))
+            runs.append(_open_run(p, worker=_worker_name(p, readfile.shown(p.name))))
         except RunDirError as e:
             refused.append(e)
             problems.append(f"{e}; worker left out")

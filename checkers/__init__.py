@@ -79,10 +79,11 @@ def header(run: Run, name: str, steps: StepChoice | None = None,
     what the input lacks with the chosen checkers that needed it."""
     from ..analyzer.analysis.steps import step_times
     from ..analyzer.analysis.stepselect import analysed, left_out
+    from ..analyzer.readfile import shown
     from .base import num
 
     times = step_times(analysed(run, steps))["duration_ns"]
-    meta: dict[str, Any] = {"run": name, "steps": len(run.steps),
+    meta: dict[str, Any] = {"run": shown(name), "steps": len(run.steps),
                             "median_step_us": num(times.median()) / 1000}
     dropped = left_out(run, steps or StepChoice())
     if dropped:

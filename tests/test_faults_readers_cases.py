@@ -164,3 +164,62 @@ def test_a_bad_function_graphs_file_is_skipped_and_the_profile_read(tmp_path, ca
     assert "could not be read" in run.lacks["graph"]
     assert run.executions.height == clean.executions.height
     assert run.graph_nodes.height == 0
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def _layouts(base: bytes) -> dict[str, bytes]:
+    """Each layout with a folder name (or a worker's) that is not UTF-8, made under
+    `base`: the path to analyse."""
+    xplane = ROOT / "fixtures" / "xplane" / "keras_fit"
+    made = {}
+    for kind, src, rel in (("xplane folder", xplane, b"xp\xff"),
+                           ("run dir", FIXTURES / "mlp", b"run\xff"),
+                           ("trace.json folder", ROOT / "fixtures" / "tracejson" / "keras_fit",
+                            b"tj\xff")):
+        shutil.copytree(src, os.fsdecode(os.path.join(base, rel)))
+        made[kind] = os.path.join(base, rel)
+    logdir = os.path.join(base, b"logdir")
+    shutil.copytree(xplane, os.fsdecode(logdir))
+    profile = os.path.join(logdir, b"plugins", b"profile")
+    os.rename(os.path.join(profile, b"run1"), os.path.join(profile, b"r\xff"))
+    made["TensorBoard logdir"] = logdir
+    multi = os.path.join(base, b"multi")
+    for worker in (b"w0", b"w\xff"):
+        shutil.copytree(FIXTURES / "mlp", os.fsdecode(os.path.join(multi, worker)))
+    made["multi-worker run dir"] = multi
+    return made
+
+
+def test_folder_and_worker_names_in_any_bytes_work_everywhere(tmp_path, monkeypatch):
+    """A folder (or a worker sub-folder) named b'..\\xff' exited 3 (UnicodeEncodeError
+    hashing it for the cache); then the cache beside it failed in polars (which takes
+    only UTF-8 paths), JSON carried lone surrogates ("\\udcff") and a worker showed as
+    'w\\ufffd\\ufffd\\ufffd'. Now: the cache is written and read back beside the run, and
+    every output shows the byte as \\xff (readfile.shown)."""
+    import json
+
+    monkeypatch.delenv("RUNLENS_CACHE_DIR")  # the cache beside the data (a copy here)
+    for kind, path in _layouts(os.fsencode(tmp_path)).items():
+        name = os.fsdecode(path)
+        fresh = load_run(name)
+        from runlens.analyzer import cache
+
+        cache.wait()
+        again = load_run(name)
+        assert callable(again._frames["executions"]), kind  # read from the cache
+        assert again.executions.height == fresh.executions.height, kind
+        texts = []
+        for args in (["summary"], ["summary", "--format", "json"],
+                     ["advise", "--format", "json"], ["ops", "--format", "json"]):
+            result = run_cli([args[0], name, *args[1:]])
+            out = result.output
+            assert "\\udc" not in out and "\ufffd" not in out, (kind, args, out[-500:])
+            if "json" in args:
+                json.loads(result.stdout)
+            texts.append(out)
+        assert "\\xff" in texts[0], (kind, texts[0])
+        if kind == "multi-worker run dir":
+            assert "w\\xff" in again.workers, again.workers
+            assert sorted(set(again.keys.get_column("worker").to_list())) == ["w0", "w\\xff"]

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from ..model import Run
+from ..readfile import shown
 from .attribution import attribution_note, attribution_shares
 from .steps import step_times
 from .stepselect import StepChoice, chosen_steps, left_out
@@ -49,7 +50,7 @@ def summary(run: Run, choice: Any = None) -> dict:
         .sort("device")
     )
     return {
-        "paths": [str(p) for p in run.paths],
+        "paths": [shown(p) for p in run.paths],
         "workers": run.workers,
         "steps": run.steps,
         "node_stats": run.nodes.height,
