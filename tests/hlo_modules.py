@@ -12,6 +12,8 @@ fusion's work: out = in = D*D*4 bytes, 2*D^3 float ops.
 
 from __future__ import annotations
 
+import random
+
 from runlens.analyzer.proto import hlo_pb2, xla_data_pb2, xplane_pb2
 
 F32 = xla_data_pb2.PrimitiveType.F32
@@ -191,3 +193,82 @@ def _deep(m: hlo_pb2.HloModuleProto, depth: int) -> None:
 
 CASES = ("no-entry", "self-call", "cycle", "overflow", "negative", "huge-conv",
          "dangling-ids", "deep")
+
+
+# ----------------------------------------------------------------------------- fuzz
+
+_DIMS = (-1, -(2**63), 0, 1, 3, 2**31, 2**40, 2**62, 2**63 - 1)
+_OPCODES = ("dot", "convolution", "fusion", "call", "while", "custom-call", "parameter",
+            "async-start", "conditional", "tuple")
+
+
+def _random_edit(m: hlo_pb2.HloModuleProto, rng: random.Random) -> str:
+    """One structural defect, anywhere in `m`: what it was."""
+    insts = [i for c in m.computations for i in c.instructions]
+    inst = rng.choice(insts)
+    comp_ids = [c.id for c in m.computations] + [0, 999, -1]
+    kind = rng.choice(["dims", "entry", "callee", "operand", "opcode", "contracting",
+                       "window", "tuple", "gemm", "schedule", "frames"])
+    if kind == "dims":
+        shape = inst.shape
+        _set_dims(shape, [rng.choice(_DIMS) for _ in range(rng.randint(0, 4))])
+        shape.element_type = rng.choice([F32, F32, xla_data_pb2.PrimitiveType.TUPLE, 999])
+    elif kind == "entry":
+        m.entry_computation_id = rng.choice(comp_ids)
+        m.entry_computation_name = rng.choice(["main", "", "nowhere"])
+    elif kind == "callee":
+        inst.called_computation_ids.append(rng.choice(comp_ids))
+    elif kind == "operand":
+        inst.operand_ids.append(rng.choice([i.id for i in insts] + [0, -5, 2**62]))
+    elif kind == "opcode":
+        inst.opcode = rng.choice(_OPCODES)
+    elif kind == "contracting":
+        inst.dot_dimension_numbers.lhs_contracting_dimensions.append(
+            rng.choice([-1, 0, 1, 7, 2**40]))
+    elif kind == "window":  # a fused dot made a convolution of odd shapes and window
+        fused = rng.choice([c for c in m.computations if c.id != ENTRY])
+        inst = fused.instructions[-1]
+        for i in fused.instructions:
+            _set_dims(i.shape, [rng.choice(_DIMS) for _ in range(2)])
+        inst.opcode = "convolution"
+        inst.window.dimensions.add(size=rng.choice(_DIMS), stride=rng.choice(_DIMS),
+                                   padding_low=rng.choice(_DIMS),
+                                   window_dilation=rng.choice(_DIMS),
+                                   base_dilation=rng.choice(_DIMS))
+        d = inst.convolution_dimension_numbers
+        d.input_spatial_dimensions.append(rng.choice([0, 1]))
+        d.kernel_spatial_dimensions.append(rng.choice([0, 1]))
+        d.output_spatial_dimensions.append(rng.choice([0, 1]))
+    elif kind == "tuple":  # tuples nested deep
+        shape = inst.shape
+        for _ in range(rng.randint(1, 60)):
+            shape.element_type = xla_data_pb2.PrimitiveType.TUPLE
+            shape = shape.tuple_shapes.add()
+        _set_dims(shape, [rng.choice(_DIMS)])
+    elif kind == "gemm":
+        inst.opcode, inst.custom_call_target = "custom-call", "__cublas$gemm"
+        inst.backend_config = rng.choice([b"{", b"[]", b'{"gemm_backend_config": 5}',
+                                          b'{"gemm_backend_config": {"dot_dimension_numbers":'
+                                          b' {"lhs_contracting_dimensions": ["x", 99]}}}'])
+    elif kind == "schedule":
+        seq = m.schedule.sequences[rng.choice(comp_ids)]
+        seq.instruction_ids.extend(rng.choice([i.id for i in insts] + [77]) for _ in range(3))
+    else:
+        inst.metadata.stack_frame_id = rng.choice([1, 2, 2**30, -1])
+        m.stack_frame_index.stack_frames.add(file_location_id=rng.choice([0, 1, 9]),
+                                             parent_frame_id=rng.choice([0, 1, 2]))
+    return kind
+
+
+def fuzzed(rng: random.Random) -> tuple[str, bytes]:
+    """(what was done, a serialized XSpace): a 4-fusion module with 1-4 structural defects,
+    a byte-level mutation of its HloProto on top a quarter of the time."""
+    m = module(4, d=rng.choice([1, 8, 64]))
+    kinds = [_random_edit(m, rng) for _ in range(rng.randint(1, 4))]
+    proto = hlo_pb2.HloProto(hlo_module=m).SerializeToString()
+    if rng.random() < 0.25:
+        from tests.faults_readers import mutate
+
+        kind, proto = mutate(proto, rng)
+        kinds.append(f"bytes-{kind}")
+    return "+".join(kinds), space(m, hlo_proto=proto)
