@@ -127,7 +127,8 @@ def hlo(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> bool
         outcome = _outcome(["ops", "--no-cache", str(path)], path)
         seen[outcome] += 1
         if outcome not in ("exit 0", "exit 2"):
-            print(f"  {outcome} ({kinds}): {fr.cli_outcome(['ops', '--no-cache', str(path)])[1][-300:]}")
+            said = fr.cli_outcome(["ops", "--no-cache", str(path)])[1]
+            print(f"  {outcome} ({kinds}): {said[-300:]}")
         path.unlink()
     return _report("malformed HLO metadata in a GPU profile", seen)
 

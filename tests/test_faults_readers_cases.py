@@ -223,3 +223,22 @@ def test_folder_and_worker_names_in_any_bytes_work_everywhere(tmp_path, monkeypa
         if kind == "multi-worker run dir":
             assert "w\\xff" in again.workers, again.workers
             assert sorted(set(again.keys.get_column("worker").to_list())) == ["w0", "w\\xff"]
+
+
+def test_baselines_and_compare_name_runs_in_any_bytes_as_shown(tmp_path):
+    """`compare` said "base": "run\\udcff" in JSON, and a baseline saved from such a run
+    stored it so; the baseline file's own non-UTF-8 name likewise."""
+    import json
+
+    base = os.fsencode(tmp_path)
+    run = os.fsdecode(os.path.join(base, b"run\xff"))
+    shutil.copytree(FIXTURES / "mlp", run)
+    saved = os.fsdecode(os.path.join(base, b"base\xfe.json"))
+    out = run_cli(["baseline", "save", "--no-cache", run, "-o", saved]).output
+    assert "base\\xfe.json" in out and "\\udc" not in out
+    assert "\\udc" not in open(saved, encoding="utf-8").read()
+    for first in (run, saved):
+        result = run_cli(["compare", "--no-cache", first, str(FIXTURES / "mlp"),
+                          "--format", "json"], expect_exit=0)
+        doc = json.loads(result.stdout)
+        assert doc["base"].endswith(("run\\xff", "base\\xfe.json")), doc["base"]
