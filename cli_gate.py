@@ -33,11 +33,12 @@ def _samples(path: str, no_cache: bool, scope_depth: int, step_range: str | None
     warm-up and outliers out itself) or a baseline file, as per-step samples."""
     from .analyzer.analysis.stepselect import StepChoice, analysed
     from .analyzer.gate.compare import is_baseline_file, load_baseline, samples_from_run
+    from .analyzer.readfile import shown
 
     if is_baseline_file(Path(path)):
         return load_baseline(Path(path))
     run = analysed(load(path, no_cache), StepChoice.parse(step_range, include_warmup=True))
-    return samples_from_run(run, path, scope_depth=scope_depth)
+    return samples_from_run(run, shown(path), scope_depth=scope_depth)  # named as shown
 
 
 def _base_samples(paths: tuple[str, ...], no_cache: bool, scope_depth: int,
@@ -178,6 +179,7 @@ def baseline_save(run_dirs: tuple[str, ...], output: str, scope_depth: int,
 
     from .analyzer.errors import RunlensError
     from .analyzer.gate.compare import save_baseline
+    from .analyzer.readfile import shown
     from .analyzer.rundir import check_output
 
     target = check_output(output)
@@ -190,5 +192,6 @@ def baseline_save(run_dirs: tuple[str, ...], output: str, scope_depth: int,
         raise RunlensError(f"{output}: cannot write ({e.strerror or e})") from None
     runs = len(samples.meta.get("runs") or [samples.source])
     click.echo(f"baseline: {runs} run(s), {samples.n_samples} steps, "
-               f"{samples.samples.select('kind', 'name').n_unique()} metrics -> {output}"
+               f"{samples.samples.select('kind', 'name').n_unique()} metrics -> "
+               f"{shown(output)}"
                f"{size}", err=True)

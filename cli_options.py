@@ -37,8 +37,11 @@ def fail(message: str, code: int) -> None:
 
 
 def one_line(text: str) -> str:
-    """A message on one line: its lines joined (a file name may hold a newline)."""
-    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    """A message on one line: its lines joined (a file name may hold a newline), a name's
+    bytes that are not UTF-8 as \\xNN (readfile.shown)."""
+    from .analyzer.readfile import shown  # light: os and stat only
+
+    return " | ".join(line.strip() for line in shown(text).splitlines() if line.strip())
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

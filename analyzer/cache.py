@@ -243,6 +243,14 @@ class _Lease:
             os.close(fd)
 
 
+def _utf8(path: Path) -> bool:
+    try:
+        os.fspath(path).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _read_frame(path: Path, size: int, crc: str, lease: _Lease) -> pl.DataFrame:
     """One cached frame, checked against its size and digest (~10 GB/s) before polars
     reads it; CacheDamaged for anything that goes wrong (polars' panics included)."""
@@ -255,6 +263,9 @@ def _read_frame(path: Path, size: int, crc: str, lease: _Lease) -> pl.DataFrame:
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                     if content.of(m) != crc:
                         raise CacheDamaged(f"{path.name}: checksum mismatch")
+        if not _utf8(path):  # polars takes only UTF-8 paths: a run dir named in any bytes
+            with open(path, "rb") as f:
+                return pl.read_parquet(f)
         return pl.read_parquet(path)
     except CacheDamaged:
         raise
@@ -400,9 +411,10 @@ def store_at(locs: list[Path], key: dict[str, Any], frames: Mapping[str, CacheFr
                 # Frames but UNCOMPRESSED ones: snappy, the fastest to write at about
                 # lz4's size.
                 path = tmp / f"{name}.parquet"
-                frame.write_parquet(path, statistics=False,
-                                    compression="uncompressed" if name in UNCOMPRESSED
-                                    else "snappy")
+                with open(path, "wb") as f:  # (polars takes only UTF-8 paths)
+                    frame.write_parquet(f, statistics=False,
+                                        compression="uncompressed" if name in UNCOMPRESSED
+                                        else "snappy")
                 sums[name] = _file_digest(path)
             (tmp / LOCK_FILE).touch()
             data = f"data-{time.time_ns():x}-{secrets.token_hex(4)}"

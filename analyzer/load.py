@@ -31,6 +31,7 @@ from . import cache, sources
 from .errors import InputFileError, RunDirError
 from .model import Run, built, derive_keys
 from .origin import Origin
+from .readfile import shown
 from .schema import LACKS_SCHEMA
 
 Progress = Callable[[int, int], None]
@@ -191,13 +192,14 @@ def load(path: str | os.PathLike[str], options: LoadOptions, *,
     loading = True
 
     def warn(message: str) -> None:
+        message = shown(message)  # a name in any bytes, as \xNN (readfile.shown)
         warnings.append(message)
         if on_warning is not None and not loading:
             on_warning(message)
 
     stored: list[tuple[Future, object] | None] = []
     for part in parts:
-        warnings.extend(part.warnings)  # what finding the parts could not read
+        warnings.extend(map(shown, part.warnings))  # what finding the parts could not read
         frames: dict[str, Any]
         if str(part.path) in options.left_out:
             warnings.append(f"{options.left_out[str(part.path)]}; worker {part.worker} left out")
@@ -212,7 +214,7 @@ def load(path: str | os.PathLike[str], options: LoadOptions, *,
         except (RunDirError, InputFileError) as e:
             if len(parts) == 1:
                 raise
-            warnings.append(f"{e}; worker {part.worker} left out")
+            warnings.append(shown(f"{e}; worker {part.worker} left out"))
             continue
         lacking = built(frames["lacks"])
         lacks.update(zip(lacking.get_column("what").to_list(),
@@ -220,9 +222,9 @@ def load(path: str | os.PathLike[str], options: LoadOptions, *,
         frames_of.append(frames)
         stored.append(where)
         loaded.append(part)
-        warnings.extend(part_warnings)
+        warnings.extend(map(shown, part_warnings))
     if not frames_of:
-        raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
+        raise RunDirError(f"{shown(path)}: no worker could be read ({warnings[-1]})")
     loading = False
     frames = {name: _merged(frames_of, name) for name in Run.FRAMES}
     # What is derived from the Run is cached (analyzer.products) when every part is.

@@ -35,13 +35,26 @@ def kind(mode: int) -> str:
 
 
 def shown(name: str | os.PathLike[str]) -> str:
-    """`name` printable and storable: bytes that are not UTF-8 as \\xNN."""
+    """`name` (a path, or a message naming one) printable and storable in UTF-8 (JSON,
+    Parquet, a terminal): each byte of a name that is not UTF-8 (kept by Python as a
+    surrogate escape, U+DC80-U+DCFF) as \\xNN, any other lone surrogate as \\uNNNN. The
+    one place names are turned into text: paths are compared and hashed as they are
+    (`os.fsencode`), and shown only where displayed."""
     text = os.fspath(name)
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "backslashreplace")
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return os.fsencode(text).decode("utf-8", "backslashreplace")
+        return "".join(_escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else char
 
 
 def regular(path: str | os.PathLike[str]) -> bool:

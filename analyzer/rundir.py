@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RunDirError, RunlensError
+from . import readfile
+from .errors import InputFileError, RunDirError, RunlensError
 from .samejob import check_one_job
 
 FORMAT_NAME = "runlens-run"
@@ -27,6 +28,9 @@ OP_LOG = "op_log.pb"
 STEPS_DIR = "steps"
 STEP_FILE_RE = re.compile(r"^step-(\d+)\.pb$")
 MAX_STEP = 2**63 - 1  # global steps are int64 in TensorFlow and in our frames
+# A manifest lists each step in ~130 bytes: 256 MiB is ~2M traced steps, far more than a
+# capture writes; a bigger one (or a FIFO, a device) is refused by name, never read whole.
+MANIFEST_MAX_BYTES = 256 << 20
 
 
 def step_file_name(step: int) -> str:
@@ -83,12 +87,11 @@ class RunDirWriter:
 
     def _adopt_existing_steps(self) -> None:
         """Keep the steps of an earlier process (a resumed job) in the manifest."""
-        try:
-            old = json.loads((self.path / MANIFEST).read_text())
-            entries = old.get("steps", [])
-            self._created = str(old.get("created", self._created))
-        except (OSError, ValueError, AttributeError):
+        old = _read_manifest(self.path)  # never blocks the training process on a FIFO
+        entries = old.get("steps", [])
+        if not isinstance(entries, list):
             entries = []
+        self._created = str(old.get("created", self._created))
         for entry in entries:
             if isinstance(entry, dict) and isinstance(entry.get("step"), int):
                 if (self.path / str(entry.get("file", ""))).is_file():
@@ -188,19 +191,25 @@ def _step_files(steps_dir: Path, first_only: bool = False,
 def _read_manifest(path: Path, problems: list[str] | None = None) -> dict[str, Any]:
     """The manifest if it is readable JSON, else {} (readers must not require it); why
     not goes to `problems` when the file is there but unreadable."""
-    try:
-        data = json.loads((path / MANIFEST).read_bytes())
-    except FileNotFoundError:
+    where = readfile.shown(path / MANIFEST)
+    if not os.path.lexists(path / MANIFEST):
         return {}
-    except (OSError, ValueError, RecursionError) as e:
-        reason = "nested too deeply" if isinstance(e, RecursionError) else (
-            getattr(e, "strerror", None) or " ".join(str(e).split()))
+    try:  # a regular file only (a FIFO hung, /dev/zero grew without bound), bounded
+        data = json.loads(readfile.read_bytes(path / MANIFEST, MANIFEST_MAX_BYTES,
+                                              what="manifest"))
+    except InputFileError as e:
         if problems is not None:
-            problems.append(f"{path / MANIFEST}: not a readable JSON file ({reason}); ignored")
+            problems.append(f"{e}; ignored")
+        return {}
+    except (ValueError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else (
+            " ".join(str(e).split()))
+        if problems is not None:
+            problems.append(f"{where}: not a readable JSON file ({reason}); ignored")
         return {}
     if not isinstance(data, dict):
         if problems is not None:
-            problems.append(f"{path / MANIFEST}: not a JSON object; ignored")
+            problems.append(f"{where}: not a JSON object; ignored")
         return {}
     return data
 
@@ -306,7 +315,7 @@ def find_runs(path: str | os.PathLike[str], workers: bool = False) -> list[RunDi
     runs, refused = [], []
     for p in found:  # a worker whose manifest is refused is left out, not the run
         try:
-            runs.append(_open_run(p, worker=_worker_name(p, p.name)))
+            runs.append(_open_run(p, worker=_worker_name(p, readfile.shown(p.name))))
         except RunDirError as e:
             refused.append(e)
             problems.append(f"{e}; worker left out")

@@ -79,9 +79,10 @@ def header(run: Run, name: str, steps: StepChoice | None = None,
     what the input lacks with the chosen checkers that needed it."""
     from ..analyzer.analysis.steps import median_step_us, step_times
     from ..analyzer.analysis.stepselect import analysed, left_out
+    from ..analyzer.readfile import shown
 
     chosen = analysed(run, steps)
-    meta: dict[str, Any] = {"run": name, "steps": len(run.steps),
+    meta: dict[str, Any] = {"run": shown(name), "steps": len(run.steps),
                             "median_step_us": median_step_us(chosen),
                             "median_over_steps": step_times(chosen).height}
     dropped = left_out(run, steps or StepChoice())

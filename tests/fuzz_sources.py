@@ -9,10 +9,15 @@ Families (generators: tests/faults_readers.py):
 - crafted JSON values (tests/faults_readers.JSON_CRAFTS) in a random event of a
   timeline and of a trace.json.gz, the same check;
 - mutated .xplane.pb files read by the C decoder and by the protobuf walk: both refuse
-  or both read the same frames.
+  or both read the same frames;
+- malformed HLO metadata of a GPU profile (tests/hlo_modules.fuzzed: shapes with
+  negative or huge dimensions, missing or wrong entry computations, computations calling
+  each other in cycles, dangling ids, odd windows, tuples nested deep, bad gemm configs,
+  schedules and stack frames, a quarter also mutated as bytes): `analyze ops`, exit 0
+  (those facts unknown) or 2, never 3.
 
-    python tests/fuzz_sources.py [--iterations 100] [--xplane 1500] [--seed 1]
-                                 [--budget 600]
+    python tests/fuzz_sources.py [--iterations 100] [--xplane 1500] [--hlo 1000]
+                                 [--seed 1] [--budget 600]
 
 `--budget` (seconds) is shared by the families in proportion to their counts; a family
 out of time stops and says how many it ran. Prints one line per family and exits 1 if
@@ -109,6 +114,25 @@ def xplane(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> b
     return _report("mutated .xplane.pb, C decoder vs protobuf walk", seen)
 
 
+def hlo(tmp: Path, iterations: int, rng: random.Random, deadline: float) -> bool:
+    from tests.hlo_modules import fuzzed
+
+    seen: Counter[str] = Counter()
+    for i in range(iterations):
+        if time.monotonic() > deadline:
+            break
+        kinds, data = fuzzed(rng)
+        path = tmp / f"h{i}.xplane.pb"
+        path.write_bytes(data)
+        outcome = _outcome(["ops", "--no-cache", str(path)], path)
+        seen[outcome] += 1
+        if outcome not in ("exit 0", "exit 2"):
+            said = fr.cli_outcome(["ops", "--no-cache", str(path)])[1]
+            print(f"  {outcome} ({kinds}): {said[-300:]}")
+        path.unlink()
+    return _report("malformed HLO metadata in a GPU profile", seen)
+
+
 def _report(what: str, seen: Counter[str]) -> bool:
     bad = sum(n for k, n in seen.items() if k not in ("exit 0", "exit 2", "both read",
                                                       "both refused"))
@@ -122,17 +146,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=100, help="per fixture file")
     ap.add_argument("--xplane", type=int, default=1500, help="mutated xplane files")
+    ap.add_argument("--hlo", type=int, default=1000, help="malformed HLO modules")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--budget", type=float, default=600.0, help="seconds, in all")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     start = time.monotonic()
-    weights = [len(FILES) * a.iterations * 2, 2 * a.iterations, a.xplane]
+    weights = [len(FILES) * a.iterations * 2, 2 * a.iterations, a.xplane, a.hlo]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for family, count, weight in ((mutated, a.iterations, weights[0]),
                                       (crafted, a.iterations, weights[1]),
-                                      (xplane, a.xplane, weights[2])):
+                                      (xplane, a.xplane, weights[2]),
+                                      (hlo, a.hlo, weights[3])):
             share = a.budget * weight / sum(weights)
             t = time.monotonic()
             ok &= family(Path(tmp), count, rng, t + share)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import Run
+from ..readfile import shown
 from .hostsummary import pieces, summary_of
 
 
@@ -15,5 +16,5 @@ def summary(run: Run, choice: Any = None) -> dict:
     shape of the run and step-time statistics over the steps `choice` keeps
     (analyzer.analysis.stepselect.StepChoice; default: warm-up and outlier steps left out),
     the steps left out and why, every step's time, and what the input lacks."""
-    return summary_of([pieces(run)], choice, paths=[str(p) for p in run.paths],
+    return summary_of([pieces(run)], choice, paths=[shown(p) for p in run.paths],
                       warnings=run.warnings, lacks=run.lacks)

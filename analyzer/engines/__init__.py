@@ -26,6 +26,7 @@ from typing import Any
 from .. import load as loading
 from .. import registries, sources
 from ..model import Run
+from ..readfile import shown
 
 Progress = Callable[[int, int], None]
 Warn = Callable[[str], None]
@@ -137,7 +138,7 @@ def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: 
             continue
         lacks.update(result.lacks)
         warnings.extend(result.warnings)
-        paths.append(str(part.path))
+        paths.append(shown(part.path))
     if on_note is not None:
         on_note(f"{len(parts)} hosts read by the {engine} engine ({len(paths)} read, "
                 f"{len(parts) - len(paths)} left out); the summary is made of their "

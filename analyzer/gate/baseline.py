@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputFileError
+from ..readfile import read_bytes, shown
 from ..rundir import atomic_write
 from .baseruns import run_sources
 from .samples import Samples
@@ -222,25 +223,29 @@ def _validate(doc: Any) -> tuple[list[tuple[str, str, str, float]], list[Any],
                                doc.get("node_op_types")), depth, one_run, work
 
 
+BASELINE_MAX_BYTES = 256 << 20
+
+
 def load_baseline(path: Path) -> Samples:
     """Read and validate a baseline file into analyzer.gate.samples.Samples."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
+    name = shown(path)  # the file as displayed (a name in any bytes as \xNN)
+    try:  # a regular file only, at most 256 MiB (a baseline is kilobytes)
+        text = read_bytes(path, BASELINE_MAX_BYTES, what="baseline").decode()
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{name}: not a readable baseline file ({e})") from None
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except _Bad as e:
-        raise InputFileError(f"{path}: invalid baseline: {e}") from None
+        raise InputFileError(f"{name}: invalid baseline: {e}") from None
     except RecursionError:
-        raise InputFileError(f"{path}: not a readable baseline file (nested too deeply)"
+        raise InputFileError(f"{name}: not a readable baseline file (nested too deeply)"
                              ) from None
     except ValueError as e:
-        raise InputFileError(f"{path}: not a readable baseline file ({e})") from None
+        raise InputFileError(f"{name}: not a readable baseline file ({e})") from None
     try:
         rows, medians, depth, meta, work = _validate(doc)
     except _Bad as e:
-        raise InputFileError(f"{path}: invalid baseline: {e}") from None
+        raise InputFileError(f"{name}: invalid baseline: {e}") from None
     long = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String,
                                       "sample": pl.String, "value_us": pl.Float64},
                         orient="row")
@@ -250,4 +255,4 @@ def load_baseline(path: Path) -> Samples:
     nm = pl.DataFrame(medians, schema=columns, orient="row")
     if nm["op_type"].null_count() == nm.height:  # a baseline saved before op types
         nm = nm.drop("op_type")
-    return Samples(str(path), long, nm, depth, meta, work)
+    return Samples(name, long, nm, depth, meta, work)

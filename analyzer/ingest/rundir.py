@@ -159,9 +159,11 @@ def _read_op_log(run: RunDir) -> tuple[tuple[pl.DataFrame, pl.DataFrame], str | 
 
 
 def read_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: bool = False
-                  ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]]]:
-    """The run dir's frames, warnings, and what was read of each step file (stat and
-    content digest, for the cache's key)."""
+                 ) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, list[Any]],
+                            frozenset[str]]:
+    """The run dir's frames, warnings, what was read of each step file (stat and content
+    digest, for the cache's key), and which of graph.pb and op_log.pb are there but could
+    not be read (what the run lacks then says "could not be read", not "holds none")."""
     warnings: list[str] = []
     files: dict[str, list[Any]] = {}
     steps: list[StepFrames] = []
@@ -214,4 +216,6 @@ def read_run_dir(run: RunDir, jobs: int, progress: Progress | None, digests: boo
     frames["output_keys"] = merged.output_keys.select(worker, pl.all())
     frames["executions"] = merged.nodes
     frames["output_rows"] = merged.outputs
-    return frames, warnings, files
+    unreadable = frozenset(name for name, why in (("graph.pb", graph_warning),
+                                                  ("op_log.pb", op_log_warning)) if why)
+    return frames, warnings, files, unreadable

@@ -20,6 +20,10 @@ Float ops, as XLA's HloCostAnalysis counts the two ops that dominate a training 
 - a fusion: the sum over its fused computation (a triton gemm fusion's dot).
 Other instructions' float ops are 0 (elementwise work is not counted). Bytes: a tuple's
 elements summed, but a custom call's tuple is (result, scratch): its result only.
+
+A malformed module (docs/robustness.md) leaves facts unknown (None), never an error: a
+shape with a negative dimension or more than 2^63 elements, a convolution window no
+real one has, a computation that calls itself through fusions or calls.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class Work:
 
     out_bytes: float | None
     in_bytes: float | None
-    float_ops: float
+    float_ops: float | None
 
 
 def _total(sizes: list[float | None]) -> float | None:
@@ -68,9 +72,26 @@ def shape_bytes(shape: xla_data_pb2.ShapeProto, result_only: bool = False) -> fl
         parts = shape.tuple_shapes[:1] if result_only else shape.tuple_shapes
         return _total([shape_bytes(s) for s in parts])
     bits = ELEMENT_BITS.get(shape.element_type)
-    if bits is None or any(d < 0 for d in shape.dimensions):
+    count = elements(shape.dimensions)
+    if bits is None or count is None:
         return None
-    return prod(shape.dimensions) * bits / 8
+    return count * bits / 8
+
+
+MAX_ELEMENTS = 2**63 - 1  # XLA's shapes count their elements in int64
+
+
+def elements(dims: Iterable[int]) -> int | None:
+    """The product of `dims`; None when one is negative or it is beyond int64 (a
+    malformed shape: its facts are unknown)."""
+    total = 1
+    for d in dims:
+        if d < 0:
+            return None
+        total *= d
+        if total > MAX_ELEMENTS:
+            return None
+    return total
 
 
 def _array(shape: xla_data_pb2.ShapeProto) -> xla_data_pb2.ShapeProto:
@@ -78,14 +99,22 @@ def _array(shape: xla_data_pb2.ShapeProto) -> xla_data_pb2.ShapeProto:
         else shape
 
 
+_MAX_KERNEL = 1 << 20  # one array entry per kernel position
+_MAX_EXTENT = 1 << 31  # kernel x dilation + output x stride stays far inside int64
+
+
 def _valid_positions(window: xla_data_pb2.WindowDimension, kernel: int, output: int,
-                     base: int) -> int:
+                     base: int) -> int | None:
     """(kernel, output) position pairs of one spatial dimension that read an input element
     (not padding, not a base-dilation hole): XLA's HloCostAnalysis count, in closed form
-    per kernel position (no base dilation), else by enumeration where that is small."""
+    per kernel position (no base dilation), else by enumeration where that is small.
+    None for a window no real convolution has (its numbers would overflow int64)."""
     stride, dilation = max(window.stride, 1), max(window.window_dilation, 1)
     if kernel <= 0 or output <= 0 or base <= 0:
         return 0
+    if kernel > _MAX_KERNEL or max(output, base, stride, dilation, window.base_dilation,
+                                   abs(window.padding_low)) > _MAX_EXTENT:
+        return None
     k = np.arange(kernel, dtype=np.int64)
     shift = k * dilation - window.padding_low  # input index of output 0
     dil = max(window.base_dilation, 1)
@@ -100,7 +129,7 @@ def _valid_positions(window: xla_data_pb2.WindowDimension, kernel: int, output: 
 
 
 def conv_flops(inst: hlo_pb2.HloInstructionProto,
-               operands: list[xla_data_pb2.ShapeProto]) -> float:
+               operands: list[xla_data_pb2.ShapeProto]) -> float | None:
     """2 x batch x output features x filter input features x the valid (kernel, output)
     positions of each spatial dimension, on the forward convolution's shapes."""
     result = _array(inst.shape)
@@ -124,20 +153,28 @@ def conv_flops(inst: hlo_pb2.HloInstructionProto,
     if any(not 0 <= i < len(dims) for i, dims in used) \
             or len(inst.window.dimensions) != len(spatial):
         return 0.0
-    positions = prod(_valid_positions(w, ks[k], ys[o], xs[i])
-                     for w, (i, k, o) in zip(inst.window.dimensions, spatial, strict=True))
+    if any(elements(dims) is None for dims in (xs, ks, ys)):
+        return None
+    each = [_valid_positions(w, ks[k], ys[o], xs[i])
+            for w, (i, k, o) in zip(inst.window.dimensions, spatial, strict=True)]
+    if any(p is None for p in each):
+        return None
     return 2.0 * ys[d.output_batch_dimension] * ys[d.output_feature_dimension] \
-        * ks[d.kernel_input_feature_dimension] * positions
+        * ks[d.kernel_input_feature_dimension] * float(prod(each))  # type: ignore[arg-type]
 
 
 def dot_flops(lhs: xla_data_pb2.ShapeProto, result: xla_data_pb2.ShapeProto,
-              contracting: Iterable[int]) -> float:
-    """2 x output elements x the product of the lhs contracting dimensions."""
+              contracting: Iterable[int]) -> float | None:
+    """2 x output elements x the product of the lhs contracting dimensions (None: a
+    malformed shape)."""
     dims = list(lhs.dimensions)
     wanted = [int(i) for i in contracting]
     if any(not 0 <= i < len(dims) for i in wanted):
         return 0.0
-    return 2.0 * prod(_array(result).dimensions) * prod(dims[i] for i in wanted)
+    out, inner = elements(_array(result).dimensions), elements(dims[i] for i in wanted)
+    if out is None or inner is None or elements(dims) is None:
+        return None
+    return 2.0 * out * inner
 
 
 def _gemm_contracting(inst: hlo_pb2.HloInstructionProto) -> list[int] | None:
@@ -155,7 +192,7 @@ class ModuleWork:
     def __init__(self, module: hlo_pb2.HloModuleProto) -> None:
         self.module = module  # indexed when first asked (only programs that ran are)
         self._index: tuple[dict, dict, dict] | None = None
-        self._flops: dict[int, float] = {}  # computation id -> its float ops
+        self._flops: dict[int, float | None] = {}  # computation id -> its float ops
         self._work: dict[str, Work | None] = {}
 
     def _indexed(self) -> tuple[dict, dict, dict]:
@@ -197,7 +234,7 @@ class ModuleWork:
         return Work(out, in_bytes, self.flops(computation, inst, known))
 
     def flops(self, computation: int, inst: hlo_pb2.HloInstructionProto,
-              operands: list[xla_data_pb2.ShapeProto]) -> float:
+              operands: list[xla_data_pb2.ShapeProto]) -> float | None:
         if inst.opcode == "convolution" or inst.custom_call_target in CONV_FORWARD:
             return conv_flops(inst, operands)
         if inst.opcode == "dot" and operands:
@@ -207,27 +244,68 @@ class ModuleWork:
             contracting = _gemm_contracting(inst)
             return dot_flops(operands[0], inst.shape, contracting) if contracting else 0.0
         if inst.opcode in ("fusion", "call", "async-start"):
-            return sum(self._computation_flops(c) for c in inst.called_computation_ids)
+            return _sum(self._computation_flops(c) for c in inst.called_computation_ids)
         return 0.0
 
-    def _computation_flops(self, computation: int, depth: int = 0) -> float:
-        got = self._flops.get(computation)
-        if got is not None:
-            return got
+    def _computation_flops(self, computation: int) -> float | None:
+        """The float ops of a computation with those of the fusions and calls in it: each
+        computation once (memoised), walked with an explicit stack (no recursion limit).
+        None when it calls itself (a cycle: a malformed module) or holds an unknown."""
+        if computation in self._flops:
+            return self._flops[computation]
+        state: dict[int, int] = {}  # 1: on the stack (its callees pending), 2: done
+        stack = [computation]
+        while stack:
+            comp_id = stack[-1]
+            if comp_id in self._flops:
+                stack.pop()
+                continue
+            callees = self._callees(comp_id)
+            if state.get(comp_id) != 1:
+                state[comp_id] = 1
+                pending = [c for c in callees if c not in self._flops]
+                if any(state.get(c) == 1 for c in pending):  # a cycle through comp_id
+                    self._flops[comp_id] = None
+                    stack.pop()
+                    continue
+                if pending:
+                    stack.extend(pending)
+                    continue
+            stack.pop()
+            self._flops[comp_id] = self._own_flops(comp_id)
+        return self._flops[computation]
+
+    def _callees(self, computation: int) -> list[int]:
         comp = self.computations.get(computation)
-        total = 0.0
-        if comp is not None and depth < 32:
-            shapes = self.shapes
-            for inst in comp.instructions:
-                if inst.opcode in ("fusion", "call"):
-                    total += sum(self._computation_flops(c, depth + 1)
-                                 for c in inst.called_computation_ids)
-                elif inst.opcode in ("dot", "convolution", "custom-call"):
-                    operands = [s for o in inst.operand_ids
-                                if (s := shapes.get((computation, o))) is not None]
-                    total += self.flops(computation, inst, operands)
-        self._flops[computation] = total
-        return total
+        if comp is None:
+            return []
+        return [c for inst in comp.instructions if inst.opcode in ("fusion", "call")
+                for c in inst.called_computation_ids]
+
+    def _own_flops(self, computation: int) -> float | None:
+        """Its instructions' float ops, its callees' already known (or None: unknown)."""
+        comp = self.computations.get(computation)
+        if comp is None:
+            return 0.0
+        shapes, parts = self.shapes, []
+        for inst in comp.instructions:
+            if inst.opcode in ("fusion", "call"):
+                parts += [self._flops.get(c, None) for c in inst.called_computation_ids]
+            elif inst.opcode in ("dot", "convolution", "custom-call"):
+                operands = [s for o in inst.operand_ids
+                            if (s := shapes.get((computation, o))) is not None]
+                parts.append(self.flops(computation, inst, operands))
+        return _sum(parts)
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    """The sum, None when one of them is unknown."""
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total
 
 
 def add_per_op(totals: dict[str, list], counts: list[int], targets: list[tuple[int, str]],

@@ -38,11 +38,14 @@ class RunDirSource:
                 for run in rundir.find_runs(path, workers=chosen.workers)]
 
     def read(self, part: Part, jobs: int, progress: Progress | None) -> SourceFrames:
-        frames, warnings, digests = read_run_dir(part.detail, jobs, progress, digests=True)
-        return SourceFrames(frames, warnings, lacks(part.detail, frames), digests=digests)
+        frames, warnings, digests, unreadable = read_run_dir(part.detail, jobs, progress,
+                                                             digests=True)
+        return SourceFrames(frames, warnings, lacks(part.detail, frames, unreadable),
+                            digests=digests)
 
 
-def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]:
+def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame],
+          unreadable: frozenset[str] = frozenset()) -> dict[str, str]:
     """What this run dir does not hold (Run.lacks: what -> why), as every source says it:
     a run dir converted from a timeline (fixtures/from_timeline.py), or captured without
     memory tracing, has steps but no graph.pb, op_log.pb, partition graphs or memory."""
@@ -60,6 +63,9 @@ def lacks(run: rundir.RunDir, frames: dict[str, pl.DataFrame]) -> dict[str, str]
                                    "from timeline labels)")
     if run.op_log is None:
         out["code"] = "no op_log.pb in the run dir (code traces, float_ops)"
+        out["float_ops"] = out["code"]
+    elif "op_log.pb" in unreadable:  # its warning says why, once
+        out["code"] = "op_log.pb could not be read (code traces, float_ops)"
         out["float_ops"] = out["code"]
     elif not frames["code"].height:
         out["code"] = "op_log.pb holds no code traces"

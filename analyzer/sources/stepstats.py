@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from .. import ingest, readfile, schema
 from ..errors import InputFileError, RunDirError
 from . import Part, SourceFrames, damage
+from .stepnumbers import check_step
 
 MAX_STEP_WARNINGS = 100  # one warning per unreadable step up to this many, then a count
 # (global step, serialized RunMetadata, what to call it in messages)
@@ -50,6 +51,7 @@ def frames_from_run_metadata(steps: Iterable[StepBytes], graphs: list[GraphBytes
     for step, raw, name in steps:
         count += 1
         try:
+            check_step(step, name)
             try:
                 stats, step_graphs = ingest.split_run_metadata(raw)
             except DecodeError as e:

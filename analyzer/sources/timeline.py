@@ -39,7 +39,7 @@ import polars as pl
 from .. import readfile
 from ..errors import InputFileError, RunDirError
 from . import Part, Progress, Selection, SourceFrames, jsonfile
-from .stepnumbers import by_number, distinct_steps, number_in
+from .stepnumbers import by_number, check_step, distinct_steps, number_in
 
 Event = dict[str, Any]
 COMPUTE_SUFFIX = " Compute"
@@ -354,6 +354,7 @@ def _read_lone(path: Path) -> pl.DataFrame:
     count = file_rows(path, 1, one_step=False, cols=cols)
     named = number_in(path.name)
     if count == 1 and named is not None:  # a lone timeline-<N>.json
+        check_step(named, readfile.shown(path))
         cols["step"] = [named] * len(cols["step"])
     return nodes_frame(cols)
 
@@ -365,6 +366,7 @@ def _read_files(items: list[tuple[str, int]]) -> tuple[pl.DataFrame | None, list
     warnings = []
     for name, step in items:
         try:
+            check_step(step, readfile.shown(name))
             file_rows(Path(name), step, one_step=True, cols=cols)
         except InputFileError as e:
             warnings.append(str(e))

@@ -109,14 +109,16 @@ def attribute(ev: Events, modules: dict[int, Module]
 
 def _exact(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
            how: np.ndarray, target_of) -> None:  # type: ignore[no-untyped-def]
-    """Rule 1, per distinct hlo_op text."""
-    codes = ev.hlo_op[rows]
-    for code in np.unique(codes).tolist():
-        inst = ev.hlo_ops[code]
-        if inst in module.instructions:
-            sel = rows[codes == code]
-            target[sel] = target_of(module.program, inst)
-            how[sel] = HLO_OP
+    """Rule 1, per distinct hlo_op text: one pass over the rows (a selection per distinct
+    text was quadratic: 23 s of 42 for a module of 333,333 kernels)."""
+    distinct, inverse = np.unique(ev.hlo_op[rows], return_inverse=True)
+    found = np.array([target_of(module.program, ev.hlo_ops[code])
+                      if ev.hlo_ops[code] in module.instructions else -1
+                      for code in distinct.tolist()], np.int64)
+    got = found[inverse.reshape(-1)]
+    sel = got >= 0
+    target[rows[sel]] = got[sel]
+    how[rows[sel]] = HLO_OP
 
 
 def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,

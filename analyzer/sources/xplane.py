@@ -145,7 +145,10 @@ def _graph_nodes(graphs: Path | None, worker: str) -> tuple[pl.DataFrame, list[s
         return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [
             f"{readfile.shown(graphs)}: not a readable RunMetadata ({e}); no dataflow graph"]
     defs = [g.SerializeToString() for fg in meta.function_graphs for g in fg.partition_graphs]
-    frame = ingest.ingest_graph_defs(defs, readfile.shown(graphs), "partition")
+    try:  # a graph that is not a GraphDef (bad UTF-8 in an attribute): the profile stays
+        frame = ingest.ingest_graph_defs(defs, readfile.shown(graphs), "partition")
+    except InputFileError as e:
+        return pl.DataFrame(schema=schema.GRAPH_NODE_SCHEMA), [f"{e}; no dataflow graph"]
     return frame.unique(subset=["name"], keep="first", maintain_order=True), []
 
 
@@ -227,7 +230,8 @@ def read_file(path: Path, worker: str, native: bool | None = None, jobs: int = 2
         warnings += more
         code = pl.DataFrame(schema=schema.CODE_SCHEMA)
         if not graph_nodes.height:
-            lacks["graph"] = _no_graph(ops.names)
+            lacks["graph"] = (f"{GRAPHS_FILE} could not be read (its warning says why)"
+                              if more else _no_graph(ops.names))
         lacks["code"] = "TF2 profiles record no Python code locations of ops"
     if (not extra.markers and not frames["step_spans"].height
             and frames["executions"].get_column("step").n_unique() <= 1):
