@@ -12,6 +12,7 @@ import pytest
 
 from runlens.analyzer.analysis.jaxscopes import BACKWARD, FORWARD, fold
 from tests.conftest import ROOT, run_cli
+from tests.xplane_run import hlo_modules
 
 FORMS = ROOT / "fixtures" / "xplane" / "jax_forms"
 GPU_JAX = ROOT.parent / "shared" / "data" / "gpu-jax"
@@ -22,22 +23,6 @@ WRAPPER = re.compile(r"(^|/)((jit|pjit|jvp|transpose|vmap|shard_map|pmap|xla_pma
                      r"|checkpoint|rematted_computation|remat2?|custom_[jv]+p_call|shard_map"
                      r"|pmap|xla_pmap)(/|$))")
 CONTROL = ("while", "conditional", "call")
-
-
-def _modules(logdir):
-    """Every HLO module of a profile's metadata plane, read with protobuf."""
-    from runlens.analyzer.proto import hlo_pb2
-    from runlens.analyzer.sources.xplane import xplane_files
-    from runlens.analyzer.sources.xplane_wire import read_planes
-
-    for plane in read_planes(xplane_files(logdir)[0], False):
-        if plane.name != "/host:metadata":
-            continue
-        stat = {k: v.name for k, v in plane.meta.stat_metadata.items()}
-        for meta in plane.meta.event_metadata.values():
-            for s in meta.stats:
-                if stat.get(s.metadata_id) == "Hlo Proto":
-                    yield hlo_pb2.HloProto.FromString(s.bytes_value).hlo_module
 
 
 def _executed(module) -> dict[str, bool]:
@@ -77,7 +62,7 @@ def test_every_wrapper_folds_and_the_loop_pairs_sit_in_loop_computations(capture
         pytest.skip(f"no {capture}")
     pairs = re.compile(r"/(while/(body|cond|body_pred)|cond/branch_\d+_fun)/")
     seen = 0
-    for module in _modules(capture):
+    for module in hlo_modules(capture):
         for name, inside in _executed(module).items():
             seen += 1
             assert not WRAPPER.search(_scope(name)), (name, fold(name))
@@ -151,7 +136,7 @@ def test_raw_scopes_keep_the_loop_and_remat_elements():
 def test_gpu_scanned_lm_folds_to_the_layers():
     """flx_scan (JAX 0.11.2, eval_jaxpr and checkpoint under the scan's body): each layer
     component gets its forward and its (rematerialised) backward."""
-    names = set().union(*(_executed(m) for m in _modules(GPU_JAX / "flx_scan")))
+    names = set().union(*(_executed(m) for m in hlo_modules(GPU_JAX / "flx_scan")))
     folded = {(_scope(n), d) for n, d in ((n, fold(n)[1]) for n in names)}
     for part in ("attn", "up", "down"):
         scope = f"Model/layers/{part}"
@@ -244,7 +229,7 @@ def test_inferred_scope_is_a_neighbours_in_the_hlo():
     from runlens.analyzer.sources.hlo_infer import INFERRED, inferred_metadata, inferred_name
 
     checked = 0
-    for module in _modules(FORMS / "flax_cnn"):
+    for module in hlo_modules(FORMS / "flax_cnn"):
         comps = {c.id: c for c in module.computations}
         inferred = inferred_metadata(module)
         for comp in module.computations:

@@ -12,6 +12,7 @@ import pytest
 
 from runlens.analyzer.analysis.jaxscopes import BACKWARD, FORWARD, fold
 from tests.conftest import ROOT, run_cli
+from tests.xplane_run import hlo_modules
 
 JAX_FIXTURE = ROOT / "fixtures" / "xplane" / "jax_train"
 GPU_JAX = ROOT.parent / "shared" / "data" / "gpu-jax"
@@ -21,23 +22,9 @@ WRAPPER = re.compile(r"(^|/)(jit|pjit|jvp|transpose|vmap)\(")
 
 def _hlo_op_names(logdir) -> set[str]:
     """Every OpMetadata.op_name of the train step's HLO module, read with protobuf."""
-    from runlens.analyzer.proto import hlo_pb2
-    from runlens.analyzer.sources.xplane import xplane_files
-    from runlens.analyzer.sources.xplane_wire import read_planes
-
-    names: set[str] = set()
-    for plane in read_planes(xplane_files(logdir)[0], False):
-        if plane.name != "/host:metadata":
-            continue
-        stat = {k: v.name for k, v in plane.meta.stat_metadata.items()}
-        for meta in plane.meta.event_metadata.values():
-            for s in meta.stats:
-                if stat.get(s.metadata_id) == "Hlo Proto":
-                    module = hlo_pb2.HloProto.FromString(s.bytes_value).hlo_module
-                    if "train_step" in module.name:
-                        names |= {i.metadata.op_name for c in module.computations
-                                  for i in c.instructions if i.metadata.op_name}
-    return names
+    return {i.metadata.op_name for module in hlo_modules(logdir)
+            if "train_step" in module.name for c in module.computations
+            for i in c.instructions if i.metadata.op_name}
 
 
 def _jax_names(fn, *args) -> set[str]:
