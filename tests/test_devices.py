@@ -274,22 +274,19 @@ def test_tpu_chips_are_their_own_devices_as_xprof_counts_them(tmp_path):
     assert runs["/device:tpu:0"] == 105
 
 
-def test_device_work_belongs_to_the_step_that_launched_it(tmp_path):
-    """Steps dispatched ahead (pmap over 4 CPU devices, sync=False, captured now): a
-    step's thunks run while later steps' markers are open. Each XLA run is launched by
-    its `Execute` on the host (the producer of its run_id), inside its step's marker;
-    each thunk is in that step (raw: run_id -> Execute's start -> marker), not in the
-    marker open when the thunk started, which would pile later runs into the last step."""
-    import subprocess
-    import sys
-
+def test_device_work_belongs_to_the_step_that_launched_it():
+    """Steps dispatched ahead (pmap over 4 CPU devices, sync=False: fixtures/xplane/
+    jax_pmap4_ahead, `gen_jax_pmap_devices.py --dispatch-ahead`, committed because
+    whether a step's work outlasts its marker depends on the machine's load): a step's
+    thunks run while later steps' markers are open. Each XLA run is launched by its
+    `Execute` on the host (the producer of its run_id), inside its step's marker; each
+    thunk is in that step (raw: run_id -> Execute's start -> marker), not in the marker
+    open when the thunk started, which would pile later runs into the last step."""
     from runlens.analyzer.analysis.devicesteps import device_steps
     from runlens.analyzer.load import load_run
 
-    script = FIXTURES.parent / "gen_jax_pmap_devices.py"
-    subprocess.run([sys.executable, str(script), "--dispatch-ahead", str(tmp_path)],
-                   check=True, capture_output=True, timeout=300)
-    (path,) = tmp_path.glob("plugins/profile/*/*.xplane.pb")
+    ahead = FIXTURES.parent / "xplane" / "jax_pmap4_ahead"
+    (path,) = ahead.glob("plugins/profile/*/*.xplane.pb")
     (host,) = [p for p in _space(path).planes if p.name == "/host:CPU"]
     events = list(_events(host))
     markers = sorted((s, st["step_num"]) for _, n, s, _, st, _ in events if n == "train")
@@ -307,7 +304,7 @@ def test_device_work_belongs_to_the_step_that_launched_it(tmp_path):
             want[(st["device_ordinal"], step)] += 1
             late += step_at(s) != step  # a time window would put it elsewhere
     assert late > 0 and len({k[1] for k in want}) == 4
-    got = device_steps(load_run(tmp_path)).filter(pl.col("work"))
+    got = device_steps(load_run(ahead)).filter(pl.col("work"))
     assert {(int(r["device"][-1]), r["step"]): r["events"]
             for r in got.iter_rows(named=True)} == dict(want)
 
