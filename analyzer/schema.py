@@ -129,8 +129,9 @@ DEVICE_SCHEMA: Schema = {"device": pl.String, "name": pl.String, "clock_khz": pl
                          "cores": pl.Int64, "memory_bandwidth": pl.Float64,
                          "compute_cap_major": pl.Int64, "compute_cap_minor": pl.Int64}
 # Each device's part of each step (analyzer/sources/xplane_devsteps.py): the span of its
-# work in the step, its busy time (union of its events), events, the wait of its XLA CPU
-# collectives for peers (Rendezvous), how its events were placed ("group": group_id,
+# work in the step, its busy time (union of its events), events (the wait of its
+# collectives for peers is the collectives category's: analysis/collectives.py), how its
+# events were placed ("group": group_id,
 # "launch": the host work that launched them, "window": the step marker open at their
 # start), `modules` the XLA program runs that started in the step (TPU planes' "XLA
 # Modules" line; null elsewhere). A null step: work outside every step (events of no group
@@ -138,7 +139,7 @@ DEVICE_SCHEMA: Schema = {"device": pl.String, "name": pl.String, "clock_khz": pl
 # Only XSpace profiles give it; analysis.devicesteps derives it from executions otherwise.
 DEVICE_STEP_SCHEMA: Schema = {"device": pl.String, "step": pl.Int64, "start_ns": pl.Int64,
                               "end_ns": pl.Int64, "busy_ns": pl.Int64, "events": pl.Int64,
-                              "wait_ns": pl.Int64, "how": pl.String, "modules": pl.Int64}
+                              "how": pl.String, "modules": pl.Int64}
 
 # The frames a source gives that are kept as they are, each with a `worker` column added
 # (sources.raw_frames); executions/keys and output_rows/output_keys are split by key.

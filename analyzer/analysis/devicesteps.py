@@ -48,9 +48,9 @@ def _from_executions(run: Run, workers: list[str]) -> pl.DataFrame:
     return (iv.group_by(by).agg(start_ns=pl.col("start_ns").min(),
                                 end_ns=pl.col("end_ns").max(), events=pl.len())
             .join(blocks, on=by)
-            .with_columns(wait_ns=pl.lit(0, pl.Int64), how=pl.lit("step"),
+            .with_columns(how=pl.lit("step"),
                           modules=pl.lit(None, pl.Int64))
-            .select(*by, "start_ns", "end_ns", "busy_ns", "events", "wait_ns", "how",
+            .select(*by, "start_ns", "end_ns", "busy_ns", "events", "how",
                     "modules"))
 
 
@@ -61,7 +61,7 @@ def device_work(run: Run) -> pl.DataFrame:
     have = set(given.get_column("worker").unique().to_list()) if given.height else set()
     derived = _from_executions(run, [w for w in run.workers if w not in have])
     cols = ["worker", "device", "step", "start_ns", "end_ns", "busy_ns", "events",
-            "wait_ns", "how", "modules"]
+            "how", "modules"]
     parts = [f.select(cols) for f in (given, derived) if f.height]
     return (pl.concat(parts) if parts else given.select(cols)).sort(
         "worker", "device", "step", nulls_last=True)
@@ -75,8 +75,7 @@ def device_steps(run: Run) -> pl.DataFrame:
 def device_steps_of(run: Run) -> pl.DataFrame:
     """One row per (worker, device, step) for every device of a worker and every step of
     it: device_step_ns (span of the device's work in the step), busy_ns, idle_share
-    (1 - busy/span), events, wait_ns (its collectives' wait for peers, where the input
-    records it), how (its events' placement), `work` False where the device did nothing
+    (1 - busy/span), events, how (its events' placement), `work` False where the device did nothing
     in the step (numbers null: "no work in this step")."""
     every = device_work(run)
     work = every.filter(pl.col("step").is_not_null())
@@ -91,7 +90,7 @@ def device_steps_of(run: Run) -> pl.DataFrame:
         .with_columns(idle_share=pl.when(pl.col("device_step_ns") > 0)
                       .then(1 - pl.col("busy_ns") / pl.col("device_step_ns")))
         .select("worker", "device", "step", "work", "start_ns", "end_ns", "device_step_ns",
-                "busy_ns", "idle_share", "events", "wait_ns", "how", "modules")
+                "busy_ns", "idle_share", "events", "how", "modules")
         .sort("worker", "device", "step")
     )
 

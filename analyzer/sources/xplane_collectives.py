@@ -22,6 +22,7 @@ import numpy as np
 
 from .hlo_collectives import COLLECTIVE_OPCODES
 from .xplane_hlo import HloOp
+from .xplane_wire import Plane
 
 Ops = Any  # xplane_read.Ops (which imports this module: not imported back)
 
@@ -35,6 +36,15 @@ def wait_kind(name: str) -> str:
     collective's."""
     head, sep, _ = name.partition(_KEY)
     return "-".join(head.split()) if sep and head.strip() else ""
+
+
+RENDEZVOUS = "Rendezvous"  # XLA CPU: a replica waiting for its peers in a collective
+
+
+def rendezvous_ids(plane: Plane) -> np.ndarray:
+    """The event metadata ids of a host plane's `Rendezvous` events."""
+    return np.array(sorted(mid for mid, m in plane.meta.event_metadata.items()
+                           if m.name == RENDEZVOUS), np.int64)
 
 
 def wait_nodes(ops: Ops, which: np.ndarray, names: list[str]) -> np.ndarray:

@@ -1,16 +1,17 @@
 """Each device's own part of each step (the `device_steps` frame, schema.DEVICE_STEP_SCHEMA;
 docs/xplane.md "Devices").
 
-A job's devices do not run one step together: on the public BERT profile two of eight
-GPUs compute, 650 ms apart, and a third only copies outside any step. Per (device, step):
-the span of the device's work in the step (first to last event), its busy time (the union
-of its events' intervals: streams and nested ops counted once), its events, the time its
-XLA CPU collectives waited for peers (`Rendezvous`), and how its events were placed in the
-step: "group" (the profiler's `group_id`), "launch" (the host work that launched them:
-xplane_links), "window" (the step marker open when they started). On a profile the plugin
-grouped, events of no group are outside every step: a row with a null step. A device
-plane without events (six of the BERT profile's eight GPUs) is a row with a null step
-and no events: the device is shown, with no work in any step.
+A job's devices do not run one step together: on the public BERT profile two of eight GPUs
+compute, 650 ms apart, and a third only copies outside any step. Per (device, step): the
+span of the device's work in the step (first to last event), its busy time (the union of
+its events' intervals: streams and nested ops counted once), its events and how they were
+placed in the step (the wait of its collectives for peers is the collectives category's,
+from the `peer-wait` rows xplane_collectives makes of `Rendezvous` events): "group" (the
+profiler's `group_id`), "launch" (the host work that launched them: xplane_links),
+"window" (the step marker open when they started). On a profile the plugin grouped, events
+of no group are outside every step: a row with a null step. A device plane without events
+(six of the BERT profile's eight GPUs) is a row with a null step and no events: the device
+is shown, with no work in any step.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import numpy as np
 import polars as pl
 
 from .. import schema
-from . import xplane_links
 from .xplane_collectives import WAIT_TYPE
 
 
@@ -32,8 +32,7 @@ def device_of(lane: str) -> str:
 
 
 def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np.ndarray,
-                 dur: np.ndarray, in_step: np.ndarray, how: np.ndarray, wait: np.ndarray
-                 ) -> pl.DataFrame:
+                 dur: np.ndarray, in_step: np.ndarray, how: np.ndarray) -> pl.DataFrame:
     """One row per (device, step) with work; `in_step` False: the event is in no step
     (null step); `how` per event: 0 window, 1 launch, 2 group."""
     names = np.array([device_of(x) for x in lanes] or [""], dtype=object)
@@ -41,7 +40,7 @@ def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np
         "device": pl.Series(names[lane] if len(lane) else [], dtype=pl.String),
         "step": step.astype(np.int64),
         "start": start.astype(np.int64), "end": (start + dur).astype(np.int64),
-        "in_step": in_step, "how": how.astype(np.int64), "wait": wait.astype(np.int64),
+        "in_step": in_step, "how": how.astype(np.int64),
     }).with_columns(step=pl.when("in_step").then("step"))
     by = ["device", "step"]
     ordered = events.sort(*by, "start", nulls_last=True)
@@ -55,12 +54,12 @@ def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np
     out = (
         events.group_by(by)
         .agg(start=pl.col("start").min(), end=pl.col("end").max(), events=pl.len(),
-             wait=pl.col("wait").sum(), how=pl.col("how").max())
+             how=pl.col("how").max())
         .join(blocks, on=by, how="left", nulls_equal=True)
         .select("device", "step", modules=pl.lit(None, pl.Int64),
                 start_ns=pl.col("start") // 1000,
                 end_ns=pl.col("end") // 1000, busy_ns=pl.col("busy") // 1000,
-                events="events", wait_ns=pl.col("wait") // 1000,
+                events="events",
                 how=pl.col("how").replace_strict({0: "window", 1: "launch", 2: "group"},
                                                  return_dtype=pl.String))
         .sort(by, nulls_last=True)
@@ -85,16 +84,12 @@ def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,
     grouped = bool(len(device_groups))
     in_step = np.isin(group, device_groups) if grouped else np.ones(len(step), bool)
     how = np.full(len(step), 2) if grouped else (launched >= 0).astype(np.int64)
-    thread = (np.concatenate(ops.thread).astype(np.int64)[own] if ops.thread
-              else np.zeros(0, np.int64))
-    wait = xplane_links.rendezvous_wait(extra, thread, start, dur, ~on_device)
-    found = _with_modules(device_steps(ops.lanes, lane, step, start, dur, in_step, how,
-                                       wait), extra.modules, step_at)
+    found = _with_modules(device_steps(ops.lanes, lane, step, start, dur, in_step, how),
+                          extra.modules, step_at)
     idle = pl.DataFrame({"device": [device_of(d) for d in extra.idle_devices]},
                         schema={"device": pl.String})
     return pl.concat([found, idle.with_columns(events=pl.lit(0, pl.Int64),
-                                               busy_ns=pl.lit(0, pl.Int64),
-                                               wait_ns=pl.lit(0, pl.Int64))],
+                                               busy_ns=pl.lit(0, pl.Int64))],
                      how="diagonal").select(list(schema.DEVICE_STEP_SCHEMA))
 
 

@@ -25,18 +25,11 @@ import numpy as np
 from .xplane_wire import ABSENT, OTHER
 
 HOST_STATS = ("device_ordinal", "run_id", "correlation_id", "_p")
-RENDEZVOUS = "Rendezvous"  # XLA CPU: a replica waiting for its peers in a collective
 
 
 def launches_on(plane: Any) -> bool:
     """Whether a host plane's events may launch device work (it has their stats)."""
     return "run_id" in plane.stat_ids or "correlation_id" in plane.stat_ids
-
-
-def rendezvous_ids(plane: Any) -> np.ndarray:
-    """The event metadata ids named `Rendezvous`."""
-    return np.array(sorted(k for k, m in plane.meta.event_metadata.items()
-                           if m.name == RENDEZVOUS), np.int64)
 
 
 def int_stat(plane: Any, line: Any, name: str, index: np.ndarray) -> np.ndarray:
@@ -48,13 +41,12 @@ def int_stat(plane: Any, line: Any, name: str, index: np.ndarray) -> np.ndarray:
     return np.where(v == OTHER, ABSENT, v)
 
 
-def collect(plane: Any, line: Any, thread: np.ndarray, extra: Any, waits: np.ndarray
-            ) -> None:
-    """The launches of a batch of host lines' events, with their starts, and its
-    Rendezvous events. An XLA run is launched by the host event that produces it (its
-    `_p` is the run's `run_id`: PjRt's `Execute`, EventForest's producer); the thunks of
-    the run carry its run_id too, but they are its work, not its launch. A kernel launch
-    carries the kernel's `correlation_id`."""
+def collect(plane: Any, line: Any, extra: Any) -> None:
+    """The launches of a batch of host lines' events, with their starts. An XLA run is
+    launched by the host event that produces it (its `_p` is the run's `run_id`: PjRt's
+    `Execute`, EventForest's producer); the thunks of the run carry its run_id too, but
+    they are its work, not its launch. A kernel launch carries the kernel's
+    `correlation_id`."""
     everything = np.arange(len(line.mid))
     runs = int_stat(plane, line, "run_id", everything)
     produced = (runs != ABSENT) & (int_stat(plane, line, "_p", everything) == runs)
@@ -63,10 +55,6 @@ def collect(plane: Any, line: Any, thread: np.ndarray, extra: Any, waits: np.nda
                            (corr, corr != ABSENT, extra.launches)):
         if has.any():
             into.append((ids[has], line.start_ps[has]))
-    if len(waits):
-        at = np.flatnonzero(np.isin(line.mid, waits))
-        if len(at):
-            extra.rendezvous.append((thread[at], line.start_ps[at], line.dur[at]))
 
 
 def replica_lanes(plane: Any, line: Any, index: np.ndarray, ops: Any, host_lane: int
@@ -106,27 +94,3 @@ def launch_times(run: np.ndarray, corr: np.ndarray, on_device: np.ndarray, extra
     by_run = _lookup(run, *_first_start(extra.runs))
     by_corr = np.where(on_device, _lookup(corr, *_first_start(extra.launches)), -1)
     return np.where(by_run >= 0, by_run, by_corr)
-
-
-def rendezvous_wait(extra: Any, thread: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                    host: np.ndarray) -> np.ndarray:
-    """Per host event: the time of the Rendezvous events nested in it on its thread (an XLA
-    CPU collective's wait for its peers), in ps; 0 elsewhere."""
-    wait = np.zeros(len(start), np.int64)
-    if not extra.rendezvous or not len(start):
-        return wait
-    r_thread = np.concatenate([r[0] for r in extra.rendezvous]).astype(np.int64)
-    r_start = np.concatenate([r[1] for r in extra.rendezvous]).astype(np.int64)
-    r_dur = np.concatenate([r[2] for r in extra.rendezvous]).astype(np.int64)
-    for t in np.unique(r_thread).tolist():  # per thread: the enclosing op by sorted search
-        mine = np.flatnonzero(host & (thread == t))
-        if not len(mine):
-            continue
-        mine = mine[np.argsort(start[mine], kind="stable")]
-        sel = r_thread == t
-        at = np.searchsorted(start[mine], r_start[sel], side="right") - 1
-        ok = at >= 0
-        enclosing = mine[np.clip(at, 0, None)]
-        ok &= start[enclosing] + dur[enclosing] >= r_start[sel] + r_dur[sel]
-        np.add.at(wait, enclosing[ok], r_dur[sel][ok])
-    return wait

@@ -33,7 +33,7 @@ import polars as pl
 from .. import schema
 from . import xplane_async, xplane_devsteps, xplane_links
 from .xplane_arrays import distinct_rows, factorize, lookup, self_times
-from .xplane_collectives import op_node, wait_nodes
+from .xplane_collectives import op_node, rendezvous_ids, wait_nodes
 from .xplane_hlo import HloOp, Programs
 from .xplane_steps import attribution, step_spans
 from .xplane_wire import ABSENT, OTHER, Line, Lines, Plane
@@ -121,11 +121,9 @@ class Extra:
     # GPU planes' device facts, one dict per device (xplane_device.device_facts).
     device_facts: list[dict[str, Any]] = field(default_factory=list)
     # Host events that launch device work (xplane_links): (run_id, start_ps) of every event
-    # with a `run_id`, (correlation_id, start_ps) of every one with a `correlation_id`, and
-    # the XLA CPU `Rendezvous` events (thread, start_ps, dur_ps): replicas waiting for peers.
+    # with a `run_id`, (correlation_id, start_ps) of every one with a `correlation_id`.
     runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     launches: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    rendezvous: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     idle_devices: list[str] = field(default_factory=list)  # device planes with no event
     # TPU planes' program runs (the "XLA Modules" line): (device, start_ps of each run).
     modules: list[tuple[str, np.ndarray]] = field(default_factory=list)
@@ -217,7 +215,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
                      "allocation_bytes", "requested_bytes", "allocator_name", "name",
                      *xplane_links.HOST_STATS)
-    waits = xplane_links.rendezvous_ids(plane)
+    waits = rendezvous_ids(plane)
     # Only op, marker and memory events are read (JAX thunks are "other" events with an
     # hlo_op stat, launches carry a run_id or correlation_id: then all).
     every = hlo_stat is not None or xplane_links.launches_on(plane)
@@ -228,7 +226,7 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
         if not len(line.mid):
             continue
         thread, start_ps = line.first + line.line_of, line.start_ps
-        xplane_links.collect(plane, line, thread, extra, waits)
+        xplane_links.collect(plane, line, extra)
         code = lookup(ids, codes, line.mid, _OTHER)
         node = lookup(ids, node_of, line.mid, -1)
         if hlo_stat is not None:  # JAX/XLA thunks: named by their HLO instruction
