@@ -255,6 +255,11 @@ class Run:
         return self.keys.get_column("device").unique().sort().to_list()
 
 
+# tfprof's timed lanes: 'device' (CPU time) and 'stream_all' (accelerator time); an
+# execution on a per-stream or memcpy lane is the same work seen again.
+TIMED_LANES = ("device", "stream_all")
+
+
 def lane_kind_expr(lane: pl.Expr) -> pl.Expr:
     """'stream_all', 'stream', 'memcpy', 'device' (canonical lane) or 'other', as tfprof splits.
 

@@ -14,7 +14,7 @@ from ..analyzer.analysis.codepaths import (
 )
 from ..analyzer.analysis.collectives import WAIT_TYPE
 from ..analyzer.analysis.jaxscopes import folded
-from ..analyzer.model import kernel_label_expr
+from ..analyzer.model import TIMED_LANES, kernel_label_expr
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, pct, register
 
@@ -145,7 +145,7 @@ def _row(r: dict, total_us: float, a: Analysis, key: str, scale: int = 1) -> dic
 def _devices(a: Analysis) -> list[str]:
     """The (worker, device) pairs whose executions carry op time (CPU and accelerator
     lanes, tfprof's), as "device" or "worker device" when there are several workers."""
-    counted = pl.col("lane_kind").is_in(["device", "stream_all"]) & (pl.col("op_end_rel_ns") > 0)
+    counted = pl.col("lane_kind").is_in(TIMED_LANES) & (pl.col("op_end_rel_ns") > 0)
     pairs = (a.run.nodes_lazy().filter(counted).select("worker", "device").unique()
              .sort("worker", "device").collect())
     several = pairs.get_column("worker").n_unique() > 1

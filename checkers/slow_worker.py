@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from ..analyzer.analysis import collectives
+from ..analyzer.model import TIMED_LANES
 from ..analyzer.units import fmt_us
 from .base import Analysis, Checker, Finding, Severity, num, pct, register
 
@@ -30,7 +31,7 @@ def per_unit_step(a: Analysis) -> pl.DataFrame:
     """Per (worker, device, step) of the devices that ran collectives: the step's time
     (the worker's step), time in collectives, host time from the step's start to the
     device's first op, op time outside collectives and its executions."""
-    nodes = a.run.nodes.filter(pl.col("lane_kind").is_in(["device", "stream_all"]))
+    nodes = a.run.nodes.filter(pl.col("lane_kind").is_in(TIMED_LANES))
     coll = collective_expr()
     units = nodes.filter(coll).select(*UNIT).unique()
     steps = a.step_times.select("worker", "step", "start_ns", step_us=pl.col("duration_ns") / 1e3)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..model import Run
+from ..model import TIMED_LANES, Run
 from ..sources.xplane_collectives import WAIT_TYPE  # the op type of the wait rows
 
 COLLECTIVE, WAIT, COMPUTE = "collective", "collective wait", "compute"
@@ -59,8 +59,10 @@ def executions(run: Run) -> pl.DataFrame:
 def own_executions(run: Run) -> pl.DataFrame:
     """`executions` as one host sees them: a TF collective's wait for the other workers
     not yet known (arrived() of every host's rows gives it: analysis/hostsummary)."""
-    nodes = run.nodes_lazy().select("worker", "device", "step", "node_name", "op_type",
-                                    "kernel", "start_ns", "op_end_rel_ns")
+    # tfprof's timed lanes only: a kernel on a per-stream lane is its stream:all run again
+    nodes = run.nodes_lazy().filter(pl.col("lane_kind").is_in(TIMED_LANES)).select(
+        "worker", "device", "step", "node_name", "op_type", "kernel", "start_ns",
+        "op_end_rel_ns")
     # The category of each distinct (op type, kernel): regexes on the few names, not on
     # every execution of a large run.
     kinds = (nodes.select("op_type", "kernel").unique()

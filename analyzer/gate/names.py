@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import polars as pl
 
-TIMED_LANES = ("device", "stream_all")  # tfprof's cpu and accelerator lanes
 UNATTRIBUTED = "unattributed"
 # An XLA instruction or kernel name with its per-compilation number: fusion_590,
 # loop_add_fusion_12, input_reduce_fusion.48, wrapped_transpose_11.

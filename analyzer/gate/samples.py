@@ -19,8 +19,8 @@ from ..analysis.nodestats import exact_times, execution_us
 from ..analysis.outside import outside
 from ..analysis.steps import step_times
 from ..analysis.warmup import flag_steps
-from ..model import Run
-from .names import TIMED_LANES, node_key, op_key
+from ..model import TIMED_LANES, Run
+from .names import node_key, op_key
 from .workdiff import work_from_run
 
 STEP_TIME, OP_TIME = "step time", "op time"  # the two step-level metrics

@@ -24,8 +24,8 @@ from __future__ import annotations
 import polars as pl
 
 from ..analysis.jaxscopes import folded
-from ..model import Run
-from .names import TIMED_LANES, UNATTRIBUTED, node_key, op_key
+from ..model import TIMED_LANES, Run
+from .names import UNATTRIBUTED, node_key, op_key
 
 WORK_SCHEMA = {"name": pl.String, "op_type": pl.String, "execs": pl.Float64,
                "out_bytes": pl.Float64, "in_bytes": pl.Float64, "float_ops": pl.Float64,
