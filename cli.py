@@ -253,7 +253,7 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
         require_traced(run, options.step, run_dir)
     for why, what in lacks_by_reason(run.lacks).items():
         click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
-    if note := attribution_note(run):  # accelerator profiles: how much is tied to ops
+    if note := attribution_note(run.attribution):  # accelerator profiles: how much is tied to ops
         click.echo(f"analyze: note: {note}", err=True)
     if note := views_note(run):  # how collectives and their wait show in the view
         click.echo(f"analyze: note: {note}", err=True)

@@ -107,7 +107,7 @@ def test_command_buffers_off_per_op_equals_xprof(name: str) -> None:
     off = joined.filter(((pl.col("ps") - pl.col("ps_ours")).abs()
                          > 1000 * pl.col("occurrences")) | pl.col("ps_ours").is_null())
     assert off.height == 0, off
-    how = attribution_shares(run_of(name))
+    how = attribution_shares(run_of(name).attribution)
     assert how["op stat"] == 1.0 and how["schedule"] == how["unattributed"] == 0.0
     # The views count every kernel as a run (xprof's occurrences), not 0 as a host lane
     # rule would.
@@ -131,7 +131,7 @@ def test_command_buffers_on_scopes_as_xprof_reads_them_off(name: str, base: str)
     instead: their kernels run measurably faster inside CUDA graphs (xf_input's optimizer:
     the same 336 kernels, same names, 25% less time each), which no attribution changes."""
     run = run_of(name)
-    how = attribution_shares(run)
+    how = attribution_shares(run.attribution)
     assert 1.0 - how.get("unattributed", 0.0) >= 0.95, how
     assert how.get("schedule", 0.0) > 0  # library kernels / reused kernel names placed
     xprof_cb = hlo_op_stats(xplane(name))["self_time_ps"].sum()
@@ -230,7 +230,7 @@ def test_partial_hlo_is_analysed_with_the_unattributed_share_said(tmp_path: Path
     path = _rewritten("xf_input", tmp_path, edit)
     run = load_run(path, use_cache=False)
     assert device(run).height == device(run_of("xf_input")).height
-    how = attribution_shares(run)
+    how = attribution_shares(run.attribution)
     if edit is _renamed_kernels:  # the schedule still places them (by position)
         assert 0 < how["schedule"] and how["unattributed"] < 0.05
     else:
@@ -285,7 +285,7 @@ def test_scanned_lm_in_command_buffers_as_xprof_reads_it_off() -> None:
     dynamic slices): all of it is placed (xprof's hlo_stats places none), and each layer
     component's share of device time is within 15% of xprof's on flx_scan_nocb."""
     run = run_of("flx_scan")
-    how = attribution_shares(run)
+    how = attribution_shares(run.attribution)
     assert 1.0 - how.get("unattributed", 0.0) >= 0.99, how
     assert hlo_op_stats(xplane("flx_scan"))["self_time_ps"].sum() == 0  # xprof: nothing
 

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..model import Run
-
 # The source's words for how an event was placed, and what the note says of each.
 _SAID = {"op stat": "by the events' own op stat", "kernel name": "by kernel name",
          "schedule": "by the module's schedule"}
 
 
-def attribution_shares(run: Run) -> dict[str, float]:
+def attribution_shares(frame: pl.DataFrame) -> dict[str, float]:
     """Share of device time (0..1) per way of placing it ("op stat", "kernel name",
-    "schedule", "unattributed"), over all workers and devices; empty when the run has no
-    accelerator profile."""
-    frame = run.attribution
+    "schedule", "unattributed") in a run's `attribution` frame (of one host or many), over
+    all workers and devices; empty when the run has no accelerator profile."""
     if not frame.height:
         return {}
     per = frame.group_by("how").agg(pl.col("device_ps").sum()).sort("how")  # stable order
@@ -29,10 +26,11 @@ def attribution_shares(run: Run) -> dict[str, float]:
     return {how: ps / total for how, ps in per.iter_rows()}
 
 
-def attribution_note(run: Run) -> str | None:
-    """One line: the device time attributed to ops, by which way, and the unattributed
-    share (`unattributed:<kernel>` rows); None without accelerator profile."""
-    shares = attribution_shares(run)
+def attribution_note(frame: pl.DataFrame) -> str | None:
+    """One line of an `attribution` frame: the device time attributed to ops, by which
+    way, and the unattributed share (`unattributed:<kernel>` rows); None without
+    accelerator profile."""
+    shares = attribution_shares(frame)
     if not shares:
         return None
     placed = 1.0 - shares.get("unattributed", 0.0)

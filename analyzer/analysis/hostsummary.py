@@ -14,7 +14,7 @@ fleet's against the merged run's on the same path, byte for byte).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import polars as pl
 
@@ -81,13 +81,6 @@ def compact(hosts: list[Pieces]) -> Pieces:
     }
 
 
-class _Attribution:
-    """The one frame attribution_shares and attribution_note read of a Run."""
-
-    def __init__(self, frame: pl.DataFrame) -> None:
-        self.attribution = frame
-
-
 def _stats(v: pl.Series) -> dict:
     def num(x: Any) -> float:
         return round(float(x or 0.0), 1)
@@ -147,10 +140,10 @@ def _extra(cat: Any, analysed: pl.DataFrame) -> dict[str, Any]:
     away = cat("outside").join(analysed, on=["worker", "step"], how="semi")
     if note := outside.note_of(away):
         extra["outside_steps"] = note  # its own row, in no step (analysis.outside)
-    attributed = cast(Run, _Attribution(cat("attribution")))
-    if attributed.attribution.height:
-        extra["attribution"] = attribution_shares(attributed)
-        extra["attribution_note"] = attribution_note(attributed)
+    attribution = cat("attribution")
+    if attribution.height:
+        extra["attribution"] = attribution_shares(attribution)
+        extra["attribution_note"] = attribution_note(attribution)
     return extra
 
 
