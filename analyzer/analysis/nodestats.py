@@ -88,7 +88,10 @@ def _per_node(run: Run, step: int, average: str = "node") -> pl.DataFrame:
             per_id, on="node_id", how="left", maintain_order="left")
         per = pl.col("n_steps").first()
     sums = masked.group_by("node_id").agg(
-        *[pl.col(c).sum() / per if exact and c in TIME_METRICS
+        # exact times are summed as integer nanoseconds (their sum does not depend on
+        # the order or chunking of the rows: a host's node gives the same bits read
+        # alone or in the whole run), then made microseconds
+        *[pl.col(c).sum() / 1000.0 / per if exact and c in TIME_METRICS
           else (pl.col(c).sum() // per).cast(pl.Int64) for c in METRICS],
         steps_run=steps_run.cast(pl.UInt32),
     ).collect()
@@ -153,7 +156,7 @@ def _key_flags(per_key: pl.DataFrame) -> pl.DataFrame:
 
 def _masked(ex: pl.LazyFrame, keep: pl.Expr, exact: bool) -> pl.LazyFrame:
     """Each execution's contribution to each metric (0 where it does not count)."""
-    us = execution_us(exact)
+    us = pl.col("op_end_rel_ns") if exact else execution_us(exact)  # exact: ns (sums)
     cpu_lane, accel_lane, on_canonical = pl.col("cpu"), pl.col("accel"), pl.col("on_canonical")
 
     def where(mask: pl.Expr, value: pl.Expr) -> pl.Expr:
