@@ -11,6 +11,7 @@ Exit codes: 0 fine; 1 the check failed (findings at or above --fail-on, or a reg
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -33,11 +34,11 @@ from .cli_options import (
     source_option,
     step_options,
     view_options,
+    view_source,
 )
 
 if TYPE_CHECKING:
     from .analyzer.analysis.view_options import ViewOptions
-    from .analyzer.model import Run
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERNAL", "handle_errors", "main"]
 
@@ -237,8 +238,8 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
               output: str | None = None) -> None:
     from .analyzer.analysis.attribution import attribution_note
     from .analyzer.analysis.collectives import views_note
-    from .analyzer.analysis.stepselect import require_traced
-    from .analyzer.analysis.views import VIEW_NEEDS, VIEWS, ViewOptions
+    from .analyzer.analysis.stepselect import StepChoice, require_traced
+    from .analyzer.analysis.views import VIEW_NEEDS, ViewOptions
     from .analyzer.rundir import check_output
     from .analyzer.units import lacks_by_reason
 
@@ -248,27 +249,28 @@ def _run_view(kind: str, run_dir: str, fmt: str, no_cache: bool, kw: dict[str, A
     steps = choice()
     options = ViewOptions.from_flags(kw.pop("tfprof_rows"), include_warmup=steps.include_warmup,
                                      first_step=steps.first, last_step=steps.last, **kw)
-    run = load(run_dir, no_cache)
+    source = view_source(kind, run_dir, no_cache, options)
     if options.step >= 0:
-        require_traced(run, options.step, run_dir)
-    for why, what in lacks_by_reason(run.lacks).items():
+        require_traced(source.steps, options.step, run_dir)
+    for why, what in lacks_by_reason(source.lacks).items():
         click.echo(f"analyze: note: lacks {', '.join(what)}: {why}", err=True)
-    if note := attribution_note(run.attribution):  # accelerator profiles: how much is tied to ops
+    if note := attribution_note(source.attribution):  # accelerator profiles: time on ops
         click.echo(f"analyze: note: {note}", err=True)
-    if note := views_note(run):  # how collectives and their wait show in the view
+    if note := views_note(source.op_types()):  # how collectives and their wait show
         click.echo(f"analyze: note: {note}", err=True)
-    missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(run.lacks))
+    missing = sorted(VIEW_NEEDS.get(kind, frozenset()) & set(source.lacks))
     if missing:
         click.echo(f"analyze: {kind} view skipped: needs "
-                   + "; ".join(f"{m}: {run.lacks[m]}" for m in missing), err=True)
+                   + "; ".join(f"{m}: {source.lacks[m]}" for m in missing), err=True)
         return
     if fmt == "text":  # --select chooses the text output's columns only
-        options = _columns_it_has(run, options)
+        options = _columns_it_has(source.lacks, options)
     if output is not None:
         check_output(output)  # before the work: a bad path is a one-line error
-    text = registries.renderer("view", fmt)(VIEWS[kind](run, options))
+    text = registries.renderer("view", fmt)(source.view(kind, options))
     if options.step < 0:  # after the view: a bad option stays a one-line error
-        note_left_out(run, options)
+        note_left_out(source.left_out(StepChoice(options.include_warmup, options.first_step,
+                                                 options.last_step)))
     emit(text, output)
 
 
@@ -278,13 +280,13 @@ _COLUMN_NEEDS = {"bytes": "memory", "peak_bytes": "memory", "residual_bytes": "m
                  "output_bytes": "outputs", "params": "op_log", "float_ops": "op_log"}
 
 
-def _columns_it_has(run: Run, options: ViewOptions) -> ViewOptions:
+def _columns_it_has(lacks: Mapping[str, str], options: ViewOptions) -> ViewOptions:
     """`options` without the default columns the run cannot fill (an explicit --select
     keeps them: the user asked)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None or ctx.get_parameter_source("select") != click.core.ParameterSource.DEFAULT:
         return options
-    kept = tuple(c for c in options.select if _COLUMN_NEEDS.get(c) not in run.lacks)
+    kept = tuple(c for c in options.select if _COLUMN_NEEDS.get(c) not in lacks)
     if not kept or kept == options.select:
         return options
     import dataclasses
@@ -329,7 +331,7 @@ def _critical_path(run_dir: str, fmt: str, no_cache: bool, step: int,
     if step < 0:
         step = median_step(analysed(run, choice()))
     else:
-        require_traced(run, step, run_dir)
+        require_traced(run.steps, step, run_dir)
     if fmt not in registries.formats("critical_path"):
         raise RunlensError("--critical-path supports --format "
                            + " or ".join(registries.formats("critical_path")))

@@ -19,6 +19,7 @@ import click
 from .analyzer.registries import ENGINES, SOURCES
 
 if TYPE_CHECKING:
+    from .analyzer.analysis.hostviews import ViewSource
     from .analyzer.analysis.stepselect import StepChoice
     from .analyzer.analysis.view_options import ViewOptions
     from .analyzer.load import LoadOptions
@@ -184,6 +185,31 @@ def load(run_dir: str, no_cache: bool) -> Run:
     return run
 
 
+def view_source(kind: str, run_dir: str, no_cache: bool, options: ViewOptions) -> ViewSource:
+    """What `analyze <kind>` reads of `run_dir`: of a run of several parts, for the ops and
+    scope views, the pieces its hosts' tasks give (--engine; the driver holds each host's
+    node stats, never its events), else the loaded Run (analysis.hostviews)."""
+    from .analyzer.analysis.hostviews import HOST_VIEWS, RunViews
+    from .analyzer.engines import views
+
+    if kind not in HOST_VIEWS:
+        return RunViews(load(run_dir, no_cache))
+    meta = _meta()
+    _use_cache_dir(meta)
+    progress = Progress("reading hosts", minimum=2)
+    try:
+        made = views(run_dir, load_options(no_cache), meta.get(_ENGINE_KEY) or DEFAULT_ENGINE,
+                     options, progress=progress,
+                     on_note=_note if meta.get(_ENGINE_KEY) else None)
+    finally:
+        progress.close()
+    if made is None:
+        return RunViews(load(run_dir, no_cache))
+    for warning in made[1]:
+        click.echo(f"analyze: warning: {one_line(warning)}", err=True)
+    return made[0]
+
+
 # readable=False: the engine says what cannot be read, in one line (click: 4 lines).
 run_dir_argument = click.argument("run_dir", metavar="RUN_DIR",
                                   type=click.Path(readable=False))
@@ -308,12 +334,9 @@ def view_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return step_options(fn)
 
 
-def note_left_out(run: Run, options: ViewOptions) -> None:
-    """Which steps step -1 leaves out, once on stderr (the rows stay tfprof-shaped)."""
-    from .analyzer.analysis.stepselect import StepChoice, left_out
-
-    dropped = left_out(run, StepChoice(options.include_warmup, options.first_step,
-                                       options.last_step))
+def note_left_out(dropped: list[dict]) -> None:
+    """Which steps step -1 leaves out (`dropped`: stepselect.left_out's rows), once on
+    stderr (the rows stay tfprof-shaped)."""
     if dropped:
         steps = ", ".join(f"{d['step']} ({d['why']})" for d in dropped[:8])
         more = f", ... ({len(dropped)} in all)" if len(dropped) > 8 else ""

@@ -1,8 +1,9 @@
 """A fleet's profile run: N copies of a real multi-device profile, each under its own
-host name, read by `analyze summary --engine E` (docs/fleet.md).
+host name, read by `analyze summary|ops|scopes --engine E` (docs/fleet.md).
 
     python benchmarks/fleet.py                      # N = 8, 32, 128; engines local, ray
     python benchmarks/fleet.py --hosts 8,32 --engines sequential,local
+    python benchmarks/fleet.py --hosts 8,32 --commands summary,ops,scopes
 
 Engines: local and ray (`--engine`), and sequential: the same command with --no-cache,
 which reads the hosts one after another in the driver, as before engines (8 and 32 hosts
@@ -65,10 +66,12 @@ def make_fleet(base: Path, hosts: int) -> Path:
     return base / f"fleet{hosts}"
 
 
-def one(fleet: Path, engine: str, work: Path, env: dict[str, str]) -> dict:
+def one(fleet: Path, engine: str, work: Path, env: dict[str, str], command: str,
+        hosts: int) -> dict:
     cache = Path(tempfile.mkdtemp(dir=work, prefix="cache"))
     out = work / "driver.json"
-    args = ["summary", str(fleet), "--format", "json", "--cache-dir", str(cache)]
+    args = [command, str(fleet), "--format", "json", "--cache-dir", str(cache)]
+    args += ["--min-micros", "0"] if command == "scopes" else []
     args += ["--engine", engine] if engine != "sequential" else ["--no-cache"]
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", DRIVER, "-", *args], capture_output=True,
@@ -78,8 +81,9 @@ def one(fleet: Path, engine: str, work: Path, env: dict[str, str]) -> dict:
     measured = json.loads(out.read_text())
     if measured["exit"] != 0:
         raise SystemExit(f"{engine} on {fleet}: exit {measured['exit']}: {done.stderr[-500:]}")
-    workers = len(json.loads(done.stdout)["summary"]["workers"])
-    return {"engine": engine, "hosts": workers, "wall_s": round(wall, 2),
+    if command == "summary":
+        assert len(json.loads(done.stdout)["summary"]["workers"]) == hosts
+    return {"command": command, "engine": engine, "hosts": hosts, "wall_s": round(wall, 2),
             "driver_mb": round(measured["driver_kib"] / 1024),
             "largest_child_mb": round(measured["workers_kib"] / 1024),
             "load": os.getloadavg()[0]}
@@ -110,7 +114,7 @@ def per_host_cost(work: Path) -> float:
     return min(best)
 
 
-def bench(hosts: list[int], engines: list[str]) -> list[dict]:
+def bench(hosts: list[int], engines: list[str], commands: list[str]) -> list[dict]:
     rows = []
     work = Path(tempfile.mkdtemp(prefix="/tmp/rlfleet"))
     ray_temp = tempfile.mkdtemp(prefix="/tmp/rl") if "ray" in engines else None
@@ -126,11 +130,12 @@ def bench(hosts: list[int], engines: list[str]) -> list[dict]:
             env.update((k, v) for k, v in os.environ.items() if k.startswith("RAY_"))
         for n in hosts:
             fleet = make_fleet(work, n)
-            for engine in engines:
-                if engine == "sequential" and n > 32:  # today's read: the driver holds all
-                    continue
-                rows.append(one(fleet, engine, work, env))
-                print(json.dumps(rows[-1]), flush=True)
+            for command in commands:
+                for engine in engines:
+                    if engine == "sequential" and n > 32:  # the driver holds every host
+                        continue
+                    rows.append(one(fleet, engine, work, env, command, n))
+                    print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(fleet)
     finally:
         if ray_temp:
@@ -146,6 +151,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="8,32,128")
     parser.add_argument("--engines", default="local,ray")
+    parser.add_argument("--commands", default="summary",
+                        help="analyze commands to time, comma-separated (summary, ops, "
+                             "scopes: the ones made of per-host pieces)")
     args = parser.parse_args()
     engines = args.engines.split(",")
     if "ray" in engines and not os.environ.get(IN_NETNS):  # again, loopback only
@@ -153,12 +161,14 @@ def main() -> None:
         sys.exit(subprocess.run(["unshare", "-n", "sh", "-c", shell, sys.executable,
                                  *sys.argv], env={**os.environ, IN_NETNS: "1"}).returncode)
     print(f"# {os.cpu_count()} cores, load average {os.getloadavg()}", flush=True)
-    rows = bench([int(n) for n in args.hosts.split(",")], engines)
-    by = {(r["engine"], r["hosts"]): r for r in rows}
-    for engine in engines:
-        if (engine, 8) in by and (engine, 32) in by:
-            a, b = by[(engine, 8)], by[(engine, 32)]
-            print(f"# {engine}: 32 vs 8 hosts: time {b['wall_s'] / a['wall_s']:.2f}x "
+    commands = args.commands.split(",")
+    rows = bench([int(n) for n in args.hosts.split(",")], engines, commands)
+    by = {(r["command"], r["engine"], r["hosts"]): r for r in rows}
+    for command, engine in [(c, e) for c in commands for e in engines]:
+        if (command, engine, 8) in by and (command, engine, 32) in by:
+            a, b = by[(command, engine, 8)], by[(command, engine, 32)]
+            print(f"# {command} {engine}: 32 vs 8 hosts: time "
+                  f"{b['wall_s'] / a['wall_s']:.2f}x "
                   f"(target <= 4.4x), driver RSS {b['driver_mb'] / a['driver_mb']:.2f}x "
                   "(target <= 1.5x)")
     print(f"# load average after {os.getloadavg()}")

@@ -137,13 +137,13 @@ def summary_of(rows: pl.DataFrame, steps: int) -> dict | None:
             "by_kind_us": {k: round(v, 1) for k, v in kinds.iter_rows()}}
 
 
-def views_note(run: Run) -> str | None:
-    """What the views say of a run with collectives: how the category shows in them."""
-    kinds = (run.nodes_lazy().select(pl.col("op_type").cast(pl.String)).unique()
-             .filter(category_expr(pl.col("op_type")) == COLLECTIVE).sort("op_type")
-             .collect().get_column("op_type").to_list())
-    waits = run.nodes_lazy().filter(pl.col("op_type") == WAIT_TYPE).select(pl.len()) \
-        .collect().item()
+def views_note(op_types: list[str]) -> str | None:
+    """What the views say of a run with collectives (`op_types`: the run's distinct op
+    types): how the category shows in them."""
+    types = pl.DataFrame({"op_type": op_types}, schema={"op_type": pl.String})
+    kinds = (types.filter(category_expr(pl.col("op_type")) == COLLECTIVE)
+             .get_column("op_type").unique().sort().to_list())
+    waits = WAIT_TYPE in op_types
     if not kinds and not waits:
         return None
     return ("collectives: op types " + (", ".join(kinds) or "none")

@@ -104,11 +104,12 @@ def short_steps(values: list[int]) -> str:
     return text + (f", ... ({len(values)} in all)" if len(values) > 12 else "")
 
 
-def require_traced(run: Run, step: int, where: str) -> None:
-    """Raise the one error every command gives for a step the run did not trace."""
-    if step not in run.steps:
+def require_traced(steps: list[int], step: int, where: str) -> None:
+    """Raise the one error every command gives for a step the run did not trace
+    (`steps`: the traced ones, Run.steps)."""
+    if step not in steps:
         raise RunlensError(f"{where}: step {step} was not traced "
-                           f"(traced steps: {short_steps(run.steps)})")
+                           f"(traced steps: {short_steps(steps)})")
 
 
 def chosen_steps(run: Run, choice: StepChoice) -> pl.DataFrame:

@@ -22,26 +22,25 @@ from ..model import Run, kernel_label_expr
 from . import devicecut
 from .codepaths import code_paths, qualified_names, with_qualnames
 from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
-from .nodestats import METRICS, node_stats
+from .nodestats import node_stats
 from .outside import outside_note
 from .stepselect import StepChoice, analysed
 from .treeorder import ancestor_chain, displayed_parents, order_tree, part_ends
-from .view_options import (  # noqa: F401 (ViewOptionError: re-exported)
-    ORDER_BY,
-    THRESHOLDS,
-    ViewOptionError,
-    ViewOptions,
+from .view_options import ViewOptionError, ViewOptions  # noqa: F401 (re-exported)
+from .viewexprs import (  # noqa: F401 (ALL_METRICS, PASS_METRICS: re-exported)
+    ALL_METRICS,
+    PASS_METRICS,
+    accounted_by,
+    full_match_any,
+    is_everything,
+    root_totals,
+    shown_expr,
+    sorted_rows,
+    tree_metrics,
+    types_of,
+    visible_depth,
 )
 
-ALL_METRICS = [*METRICS, "params", "float_ops"]
-# JAX scopes (folded, analyzer.analysis.jaxscopes): the time of a row in the forward and in the
-# backward pass; present only where names carry JAX's transforms.
-PASS_METRICS = ["forward_micros", "backward_micros"]
-
-
-def tree_metrics(frame: pl.DataFrame) -> list[str]:
-    """The metrics a tree frame sums: ALL_METRICS, and the passes' times where present."""
-    return [*ALL_METRICS, *[m for m in PASS_METRICS if m in frame.columns]]
 ROOT = "_TFProfRoot"
 
 
@@ -73,49 +72,6 @@ class View:
         return build(None)
 
 
-def _full_match_any(col: pl.Expr, regexes: tuple[str, ...]) -> pl.Expr:
-    if not regexes:
-        return pl.lit(False)
-    return pl.any_horizontal([col.str.contains(f"^(?:{rx})$") for rx in regexes])
-
-
-def _is_everything(regexes: tuple[str, ...]) -> bool:
-    return regexes == (".*",)
-
-
-def _accounted(account_type_regexes: tuple[str, ...]) -> pl.Expr:
-    """Nodes one of whose `types` (see _types) fully matches one of the regexes."""
-    if _is_everything(account_type_regexes):
-        return pl.lit(True)
-    rx = "|".join(f"(?:{r})" for r in account_type_regexes)
-    return pl.col("types").list.eval(pl.element().str.contains(f"^(?:{rx})$")).list.any()
-
-
-def _types(opts: ViewOptions) -> pl.Expr:
-    """The names account_type_regexes test: the graph op type, op_log types and device
-    (tfprof's), and with op_types "kernel" the kernel that ran too."""
-    if opts.op_types == "kernel":
-        return pl.concat_list("types", "kernel").list.unique(maintain_order=True)
-    return pl.col("types")
-
-
-def _visible_depth(opts: ViewOptions) -> int:
-    """max_depth in tfprof's terms (its hidden root is depth 1)."""
-    return opts.max_depth if opts.depth_from_root else opts.max_depth + 1
-
-
-def _sorted(df: pl.DataFrame, opts: ViewOptions, name_col: str = "name") -> pl.DataFrame:
-    key = ORDER_BY[opts.order_by]
-    if key == "name":
-        return df.sort(name_col)
-    return df.sort([key, name_col], descending=[True, False])
-
-
-def _root_totals(df: pl.DataFrame) -> dict[str, int]:
-    return {m: int(df.get_column(m).sum()) for m in ALL_METRICS} if df.height else {
-        m: 0 for m in ALL_METRICS}
-
-
 # ----------------------------------------------------------------------------- op view
 
 
@@ -139,8 +95,14 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     its sorted list, see docs/views.md).
     """
     run = chosen_run(run, opts)
-    nodes = node_stats(run, opts.step, opts.average).with_columns(types=_types(opts)).filter(
-        _accounted(opts.account_type_regexes))
+    return op_view_of(node_stats(run, opts.step, opts.average), opts, outside_note(run))
+
+
+def op_view_of(stats: pl.DataFrame, opts: ViewOptions, outside: str | None = None) -> View:
+    """op_view of the chosen run's node stats (`stats`; `outside`: its outside_note): of
+    one Run, or of many hosts' stats put together (analysis.hostviews)."""
+    nodes = stats.with_columns(types=types_of(opts)).filter(
+        accounted_by(opts.account_type_regexes))
     if opts.op_types == "kernel":
         name = kernel_label_expr()
     else:
@@ -152,21 +114,21 @@ def op_view(run: Run, opts: ViewOptions) -> View:
         op_types=pl.col("op_type").unique().sort(),
         kernels=pl.col("kernel").unique().sort(),
     )
-    rows = _sorted(per_type, opts)
-    root = _root_totals(rows)
-    start = rows.select(_full_match_any(pl.col("name"), opts.start_name_regexes).arg_true())
+    rows = sorted_rows(per_type, opts)
+    root = root_totals(rows)
+    start = rows.select(full_match_any(pl.col("name"), opts.start_name_regexes).arg_true())
     first = start.to_series()[0] if start.height else rows.height
     rows = rows.slice(first)
-    trimmed = rows.select(_full_match_any(pl.col("name"), opts.trim_name_regexes).arg_true())
+    trimmed = rows.select(full_match_any(pl.col("name"), opts.trim_name_regexes).arg_true())
     if trimmed.height:
         rows = rows.head(trimmed.to_series()[0])
     rows = rows.head(opts.max_depth + 1 if opts.depth_from_root else opts.max_depth)
-    rows = rows.filter(_shown(opts))
+    rows = rows.filter(shown_expr(opts))
     if opts.account_displayed_op_only:
-        root = _root_totals(rows)
+        root = root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
                              key=pl.col("name"))
-    return _noted(View("ops", rows, root, opts), run)
+    return _noted(View("ops", rows, root, opts), outside)
 
 
 # ----------------------------------------------------------------------------- trees
@@ -182,21 +144,21 @@ def tree_view(kind: str, run: Run, opts: ViewOptions) -> View:
     are a product: computed once per run and cached."""
     sep = _SEPARATORS[kind]
     run = chosen_run(run, opts)
-    if (opts.step == -1 and _is_everything(opts.account_type_regexes)
+    if (opts.step == -1 and is_everything(opts.account_type_regexes)
             and not (kind == "code" and opts.library_frames) and not opts.raw_scopes
             and opts.average == ViewOptions().average):
         nodes = default_tree_nodes(run, kind)
     else:
         nodes = tree_nodes(kind, _TREE_ITEMS[kind](run, opts), opts.account_type_regexes,
                            sep)
-    return _noted(_display(kind, nodes, opts, sep), run)
+    return _noted(_display(kind, nodes, opts, sep), outside_note(run))
 
 
-def _noted(view: View, run: Run) -> View:
-    """The view with what its numbers leave out (work outside the steps) and how step -1
-    averages, in its notes."""
-    if note := outside_note(run):
-        view.notes.append(note)
+def _noted(view: View, outside: str | None) -> View:
+    """The view with what its numbers leave out (work outside the steps: `outside`, an
+    outside_note) and how step -1 averages, in its notes."""
+    if outside:
+        view.notes.append(outside)
     if view.options.step < 0 and view.options.average == "steps":
         view.notes.append("per step: sums over the steps analysed divided by their number "
                           "(per worker); tfprof divides each node by the steps it ran in "
@@ -231,7 +193,7 @@ def tree_nodes(kind: str, items: pl.DataFrame, account_type_regexes: tuple[str, 
         pl.col("path").first(),
         pl.col("types").list.explode(keep_nulls=False, empty_as_null=False).unique(),
         *[pl.col(m).sum() for m in metrics],
-    ).with_columns(accounted=_accounted(account_type_regexes))
+    ).with_columns(accounted=accounted_by(account_type_regexes))
     # Every (node, ancestor-or-self) pair, with the ancestor's level (top level = 1).
     # The ancestor at level l is the key cut where its l-th part ends (as in
     # _ancestor_chain), its parent the key cut where the part before ends; the parts are
@@ -277,11 +239,11 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     trimmed node goes too); hidden nodes pass their displayed descendants up.
     """
     flag_exprs = {
-        "start": (pl.lit(True) if _is_everything(opts.start_name_regexes)
-                  else _full_match_any(pl.col("name"), opts.start_name_regexes)),
-        "trim": _full_match_any(pl.col("name"), opts.trim_name_regexes),
+        "start": (pl.lit(True) if is_everything(opts.start_name_regexes)
+                  else full_match_any(pl.col("name"), opts.start_name_regexes)),
+        "trim": full_match_any(pl.col("name"), opts.trim_name_regexes),
     }
-    simple = (_is_everything(opts.start_name_regexes) and not opts.trim_name_regexes
+    simple = (is_everything(opts.start_name_regexes) and not opts.trim_name_regexes
               and not opts.account_displayed_op_only)
     chain = None
     if simple:  # every ancestor is a start node and none is trimmed
@@ -300,7 +262,7 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
             .join(flags.select("key", "start", "trim"), on="key")
             .with_columns(pl.col("under_start", "under_trim").fill_null(False))
         )
-    if _is_everything(opts.start_name_regexes):
+    if is_everything(opts.start_name_regexes):
         d = d.with_columns(depth=pl.col("level") + 1, eligible=pl.lit(True))
     else:  # the first match down each branch becomes a top node, at depth 2
         d = d.with_columns(
@@ -311,42 +273,21 @@ def _display(kind: str, nodes: pl.DataFrame, opts: ViewOptions, sep: str) -> Vie
     trimmed_out = pl.col("under_trim") | (pl.col("trim") if kind == "code" else pl.lit(False))
     d = d.with_columns(
         displayed=pl.col("eligible") & ~trimmed_out
-        & (pl.col("depth") <= _visible_depth(opts))
-        & _shown(opts, self_counts=kind == "scopes")
+        & (pl.col("depth") <= visible_depth(opts))
+        & shown_expr(opts, self_counts=kind == "scopes")
     )
     shown = d.filter(pl.col("displayed"))
     rows = shown.join(displayed_parents(nodes, shown), on="key", how="left")
     if opts.account_displayed_op_only:
         assert chain is not None
         rows = _displayed_totals(rows, chain)
-        root = _root_totals(rows.filter(pl.col("parent").is_null()))
+        root = root_totals(rows.filter(pl.col("parent").is_null()))
     else:
-        root = _root_totals(nodes.filter(pl.col("level") == 1))
+        root = root_totals(nodes.filter(pl.col("level") == 1))
     rows = order_tree(rows, opts.order_by)
     metrics = tree_metrics(nodes)
     keep = ["key", "name", "parent", "depth", *metrics, *[f"self_{m}" for m in metrics]]
     return View(kind, rows.select(keep), root, opts)
-
-
-def _shown(opts: ViewOptions, self_counts: bool = False) -> pl.Expr:
-    """tfprof's ShouldShow minus depth: thresholds, then show and hide regexes on the name
-(and, unless zero_rows, not a row whose numbers are all zero).
-
-    Thresholds test totals; params, float_ops and occurrence test a node's own numbers in
-    the scope view (`self_counts`), as tfprof does.
-    """
-    cond = pl.lit(True) if opts.zero_rows else pl.any_horizontal(
-        [pl.col(m) != 0 for m in ALL_METRICS])
-    for option, metric in THRESHOLDS.items():
-        bound = getattr(opts, option)
-        if bound:
-            own = self_counts and metric in ("params", "float_ops", "occurrence")
-            cond = cond & (pl.col(f"self_{metric}" if own else metric) >= bound)
-    if not _is_everything(opts.show_name_regexes):
-        cond = cond & _full_match_any(pl.col("name"), opts.show_name_regexes)
-    if opts.hide_name_regexes:
-        cond = cond & ~_full_match_any(pl.col("name"), opts.hide_name_regexes)
-    return cond
 
 
 def _displayed_totals(rows: pl.DataFrame, chain: pl.DataFrame) -> pl.DataFrame:
@@ -374,23 +315,41 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     fused `conv1/Relu`) carries `kernel` and `fused_ops` (else they are null)."""
     view = tree_view("scopes", run, opts)
     run = chosen_run(run, opts)
-    if opts.op_types == "kernel":
-        other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
-        kernels = (node_stats(run, opts.step, opts.average).filter(other)
-                   .unique(subset="name", keep="first", maintain_order=True)
-                   .select(pl.col("name").alias("key"), "kernel", "fused_ops"))
-        view.rows = view.rows.join(kernels, on="key", how="left", maintain_order="left")
+    if opts.op_types != "kernel":
+        return view
+    return _with_kernels(view, node_stats(run, opts.step, opts.average))
+
+
+def scope_view_of(stats: pl.DataFrame, opts: ViewOptions, outside: str | None = None) -> View:
+    """scope_view of the chosen run's node stats (`stats`; `outside`: its outside_note):
+    of many hosts' stats put together (analysis.hostviews); a Run's own reads its cached
+    default tree instead, which is this tree."""
+    nodes = tree_nodes("scopes", scope_items(stats, opts), opts.account_type_regexes, "/")
+    view = _noted(_display("scopes", nodes, opts, "/"), outside)
+    return _with_kernels(view, stats) if opts.op_types == "kernel" else view
+
+
+def _with_kernels(view: View, stats: pl.DataFrame) -> View:
+    """Scope rows with the kernel and fused ops of a node that ran as another kernel than
+    its graph op type."""
+    other = (pl.col("kernel") != pl.col("op_type")) | pl.col("fused_ops").is_not_null()
+    kernels = (stats.filter(other).unique(subset="name", keep="first", maintain_order=True)
+               .select(pl.col("name").alias("key"), "kernel", "fused_ops"))
+    view.rows = view.rows.join(kernels, on="key", how="left", maintain_order="left")
     return view
 
 
 def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
-    """Each node under its scope path; JAX names folded into the user's scopes (unless
-    raw_scopes), with the node's time in the forward or backward pass beside."""
-    stats = node_stats(run, opts.step, opts.average)
+    return scope_items(node_stats(run, opts.step, opts.average), opts)
+
+
+def scope_items(stats: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
+    """Each node of `stats` under its scope path; JAX names folded into the user's scopes
+    (unless raw_scopes), with the node's time in the forward or backward pass beside."""
     if opts.raw_scopes or not has_transforms(stats.get_column("name")):
         return stats.select(pl.col("name").str.split("/").alias("path"),
-                            _types(opts).alias("types"), *ALL_METRICS)
-    return fold_frame(stats.select("name", _types(opts).alias("types"), *ALL_METRICS)).select(
+                            types_of(opts).alias("types"), *ALL_METRICS)
+    return fold_frame(stats.select("name", types_of(opts).alias("types"), *ALL_METRICS)).select(
         pl.col("scope").str.split("/").alias("path"), "types", *ALL_METRICS, *_passes())
 
 
@@ -431,9 +390,9 @@ def _code_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
     ).filter(pl.col("path").list.len() > 0)
     nodes = node_stats(run, opts.step, opts.average).join(paths, on=["worker", "name"], how="inner")
     if not has_transforms(nodes.get_column("name")):
-        return nodes.select("path", _types(opts).alias("types"), *ALL_METRICS)
+        return nodes.select("path", types_of(opts).alias("types"), *ALL_METRICS)
     # JAX: a line's forward and backward ops in one row, the split beside.
-    return fold_frame(nodes.select("name", "path", _types(opts).alias("types"), *ALL_METRICS)
+    return fold_frame(nodes.select("name", "path", types_of(opts).alias("types"), *ALL_METRICS)
                       ).select("path", "types", *ALL_METRICS, *_passes())
 
 
@@ -444,8 +403,8 @@ DEFAULT_TREE = products.register("tree", _default_tree)
 def graph_view(run: Run, opts: ViewOptions) -> View:
     """Graph nodes, one row each, with their own numbers, op type, device and inputs."""
     run = chosen_run(run, opts)
-    nodes = node_stats(run, opts.step, opts.average).with_columns(types=_types(opts)).filter(
-        _accounted(opts.account_type_regexes))
+    nodes = node_stats(run, opts.step, opts.average).with_columns(types=types_of(opts)).filter(
+        accounted_by(opts.account_type_regexes))
     inputs = (
         run.graph_nodes.filter(pl.col("source") == "graph")
         .unique(subset=["worker", "name"], keep="first")
@@ -458,31 +417,34 @@ def graph_view(run: Run, opts: ViewOptions) -> View:
         fused_ops=pl.col("fused_ops").first(), device=pl.col("device").first(),
         inputs=pl.col("inputs").first(),
     )
-    rows = _sorted(agg, opts)
-    root = _root_totals(rows)
-    if not _is_everything(opts.start_name_regexes):
-        rows = rows.filter(_full_match_any(pl.col("name"), opts.start_name_regexes))
-    rows = rows.filter(_shown(opts, self_counts=True))
+    rows = sorted_rows(agg, opts)
+    root = root_totals(rows)
+    if not is_everything(opts.start_name_regexes):
+        rows = rows.filter(full_match_any(pl.col("name"), opts.start_name_regexes))
+    rows = rows.filter(shown_expr(opts, self_counts=True))
     if opts.trim_name_regexes:
-        rows = rows.filter(~_full_match_any(pl.col("name"), opts.trim_name_regexes))
+        rows = rows.filter(~full_match_any(pl.col("name"), opts.trim_name_regexes))
     if opts.account_displayed_op_only:
-        root = _root_totals(rows)
+        root = root_totals(rows)
     rows = rows.with_columns(depth=pl.lit(1), parent=pl.lit(None, pl.String),
                              key=pl.col("name"))
-    return _noted(View("graph", rows, root, opts), run)
+    return _noted(View("graph", rows, root, opts), outside_note(run))
+
+
+def covering(view: View, where: dict[str, list[str]]) -> View:
+    """`view` saying the workers and devices it covers (devicecut.covered's `where`)."""
+    if len(where["devices"]) > 1 or len(where["workers"]) > 1:
+        view.notes.append(
+            f"rows cover {len(where['workers'])} worker(s) and {len(where['devices'])} "
+            "devices; a node counts on the first device it ran on (--device, --worker "
+            "show one)")
+    return replace(view, where=where)
 
 
 def _covering(make: Any) -> Any:
     """A view function whose View says the workers and devices it covers."""
     def view(run: Run, opts: ViewOptions) -> View:
-        made = make(run, opts)
-        where = devicecut.covered(chosen_run(run, opts))
-        if len(where["devices"]) > 1 or len(where["workers"]) > 1:
-            made.notes.append(
-                f"rows cover {len(where['workers'])} worker(s) and {len(where['devices'])} "
-                "devices; a node counts on the first device it ran on (--device, --worker "
-                "show one)")
-        return replace(made, where=where)
+        return covering(make(run, opts), devicecut.covered(chosen_run(run, opts)))
     return view
 
 

@@ -40,8 +40,9 @@ class HostTask:
     kind: str
     part: sources.Part
     cache_dir: str | None
-    wants: tuple[str, ...] = ()  # what it computes besides aggregates: "summary" (pieces)
+    wants: tuple[str, ...] = ()  # what it computes besides aggregates: "summary", "views"
     jobs: int = 1  # ingest's threads/processes inside the task (the local engine shares cores)
+    view: Any = None  # "views": the ViewOptions its pieces are for (analysis.hostviews)
 
 
 @dataclass(frozen=True)
@@ -102,50 +103,95 @@ def load_run(path: str | os.PathLike[str], options: loading.LoadOptions, engine:
     return loading.load(path, options, progress=None, on_warning=on_warning)
 
 
-def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
-            choice: Any, *, progress: Progress | None = None,
-            on_note: Warn | None = None) -> dict | None:
-    """`analyze summary` of a run of several parts from its hosts' pieces (one task
-    each; analysis.hostsummary): the driver holds no host's events. None when the run
-    has one part or is read without the cache: then it is loaded as before."""
+@dataclass
+class Gathered:
+    """What the driver keeps of a run's hosts' tasks: their pieces (as `keep` held them),
+    the files read, the warnings in load.load's order, and what the hosts lack."""
+
+    held: list[Any]
+    paths: list[str]
+    warnings: list[str]
+    lacks: dict[str, str]
+
+
+def gather(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
+           want: str, keep: Callable[[list[Any], dict[str, Any]], None], *,
+           view: Any = None, progress: Progress | None = None,
+           on_note: Warn | None = None) -> Gathered | None:
+    """Run one task per part of the run at `path`, each computing its `want` pieces
+    ("summary": analysis.hostsummary; "views": analysis.hostviews for ViewOptions
+    `view`), given to `keep(held, pieces)` as they come, so that the driver holds only
+    what `keep` keeps. None when the run has one part or is read without the cache (the
+    tasks could give it back only through the cache): then it is loaded as before."""
     import polars as pl
 
-    from ..analysis.hostsummary import compact, summary_of
-    from ..errors import RunDirError
+    from ..errors import RunlensError
 
     reader = sources.detect(path, options.source)
     parts = reader.parts(Path(path), options.chosen)
     if len(parts) < 2 or not options.use_cache:
         return None
     cache_dir = os.environ.get(loading.cache.CACHE_DIR_VARIABLE) or None
-    held: list[Any] = []  # hosts' pieces, compacted as they come (hostsummary.compact)
+    held: list[Any] = []
 
     def each(_index: int, result: HostResult) -> None:
         if result.error is None:
-            held.append({name: pl.read_ipc(data) for name, data in result.pieces})
-        if len(held) > _COMPACT_EVERY:
+            keep(held, {name: pl.read_ipc(data) for name, data in result.pieces})
+
+    tasks = [HostTask(reader.kind, p, cache_dir, (want,), view=view) for p in parts]
+    results = run_tasks(engine, tasks, progress, each)
+    gathered = Gathered(held, [], [], {})
+    for part, result in zip(parts, results, strict=True):  # as load.load says them
+        gathered.warnings.extend(part.warnings)
+        if result.error is not None:
+            gathered.warnings.append(f"{result.error}; worker {part.worker} left out")
+            continue
+        gathered.lacks.update(result.lacks)
+        gathered.warnings.extend(result.warnings)
+        gathered.paths.append(shown(part.path))
+    if on_note is not None:
+        what = "summary" if want == "summary" else "view"
+        on_note(f"{len(parts)} hosts read by the {engine} engine ({len(gathered.paths)} "
+                f"read, {len(parts) - len(gathered.paths)} left out); the {what} is made of "
+                "their per-host pieces")
+    if not gathered.paths:
+        raise RunlensError(f"{path}: no worker could be read ({gathered.warnings[-1]})")
+    return gathered
+
+
+def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
+            choice: Any, *, progress: Progress | None = None,
+            on_note: Warn | None = None) -> dict | None:
+    """`analyze summary` of a run of several parts from its hosts' pieces (one task
+    each; analysis.hostsummary): the driver holds no host's events. None when the run
+    has one part or is read without the cache: then it is loaded as before."""
+    from ..analysis.hostsummary import compact, summary_of
+
+    def keep(held: list[Any], pieces: dict[str, Any]) -> None:
+        held.append(pieces)
+        if len(held) > _COMPACT_EVERY:  # the hosts' node names kept once
             held[:] = [compact(held)]
 
-    results = run_tasks(engine, [HostTask(reader.kind, p, cache_dir, ("summary",))
-                                 for p in parts], progress, each)
-    warnings: list[str] = []
-    lacks: dict[str, str] = {}
-    paths = []
-    for part, result in zip(parts, results, strict=True):  # as load.load says them
-        warnings.extend(part.warnings)
-        if result.error is not None:
-            warnings.append(f"{result.error}; worker {part.worker} left out")
-            continue
-        lacks.update(result.lacks)
-        warnings.extend(result.warnings)
-        paths.append(shown(part.path))
-    if on_note is not None:
-        on_note(f"{len(parts)} hosts read by the {engine} engine ({len(paths)} read, "
-                f"{len(parts) - len(paths)} left out); the summary is made of their "
-                "per-host pieces")
-    if not paths:
-        raise RunDirError(f"{path}: no worker could be read ({warnings[-1]})")
-    return summary_of(held, choice, paths=paths, warnings=warnings, lacks=lacks)
+    got = gather(path, options, engine, "summary", keep, progress=progress, on_note=on_note)
+    if got is None:
+        return None
+    return summary_of(got.held, choice, paths=got.paths, warnings=got.warnings,
+                      lacks=got.lacks)
+
+
+def views(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
+          view: Any, *, progress: Progress | None = None,
+          on_note: Warn | None = None) -> tuple[Any, list[str]] | None:
+    """`analyze ops|scopes` of a run of several parts: (analysis.hostviews.HostViews of
+    its hosts' pieces for ViewOptions `view`, the warnings). The driver holds each host's
+    node stats (one row per node), never its events. None as `gather`."""
+    from ..analysis.hostviews import HostViews
+
+    got = gather(path, options, engine, "views", lambda held, p: held.append(p), view=view,
+                 progress=progress, on_note=on_note)
+    if got is None:
+        return None
+    return HostViews(got.held, got.lacks), got.warnings
 
 
 def aggregates_of(results: list[HostResult]) -> Any:

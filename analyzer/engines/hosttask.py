@@ -11,7 +11,7 @@ import time
 import polars as pl
 
 from .. import cache, registries
-from ..analysis import hostsummary
+from ..analysis import hostsummary, hostviews
 from ..errors import RunlensError
 from ..load import read_part
 from ..model import Run
@@ -35,8 +35,12 @@ def read_host(task: HostTask, ran_by: str | None = None) -> HostResult:
         run = read_part(source, part, task.jobs)
         warnings, lacks = tuple(run.warnings), tuple(run.lacks.items())
         aggregates = _ipc(_aggregates(run))
+        made = {}
         if "summary" in task.wants:
-            pieces = tuple((name, _ipc(frame)) for name, frame in hostsummary.pieces(run).items())
+            made = hostsummary.pieces(run)
+        if "views" in task.wants:
+            made = hostviews.pieces(run, task.view)
+        pieces = tuple((name, _ipc(frame)) for name, frame in made.items())
         cache.wait()
     except RunlensError as e:
         error = str(e)

@@ -26,7 +26,7 @@ def select_steps(run: Run, step: int | None = None, step_range: str | None = Non
     traced = run.steps
     where = ", ".join(map(str, run.paths)) or "run"
     if step is not None:
-        require_traced(run, step, where)
+        require_traced(run.steps, step, where)
         return [step], f"step {step}"
     if step_range is not None:
         lo, hi = parse_step_range(step_range)

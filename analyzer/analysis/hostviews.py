@@ -1,0 +1,139 @@
+"""`analyze ops` and `analyze scopes` of a run of many hosts, made of small per-host
+pieces (each host's node stats over its chosen steps, its work outside the steps, the
+devices it covers, its step flags) that each host's task computes where it reads the
+host (analyzer/engines), so that the driver holds no host's events (docs/fleet.md).
+
+A view's numbers are per (worker, node) (analysis.nodestats): every rule that decides them
+(the chosen steps, warm-up and outliers, the node's canonical device, the average over a
+worker's steps) is one worker's own, so the run's node stats are its hosts' put together,
+and the view made of them is the Run's byte for byte (tests/test_engines.py).
+
+`RunViews` and `HostViews` answer the same questions (`ViewSource`), of one Run or of the
+hosts' pieces: the CLI prints a view and its notes the same way from either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import polars as pl
+
+from ..errors import RunlensError
+from ..model import Run
+from .devicecut import COVERED
+from .nodestats import node_stats
+from .outside import note_of, outside_ops
+from .stepselect import StepChoice, choose, left_out, left_out_rows, step_flags
+from .views import VIEWS, View, ViewOptions, chosen_run, covering, op_view_of, scope_view_of
+
+Pieces = dict[str, pl.DataFrame]
+# The views made of node stats alone; the others need a Run (code paths, graph inputs).
+HOST_VIEWS = {"ops": op_view_of, "scopes": scope_view_of}
+
+
+def pieces(run: Run, opts: ViewOptions) -> Pieces:
+    """What `analyze ops|scopes` with `opts` needs of `run` (one host, or any workers).
+    A host none of whose steps or devices `opts` chooses gives no node stats, only the
+    reason (`chosen`): the run's view is the other hosts'."""
+    made: Pieces = {
+        "flags": step_flags(run).select("worker", "step", "step_us", "left_out", "why"),
+        "traced": run.executions.select(pl.col("step").unique()),
+        "attribution": run.attribution,
+        "op_types": run.nodes_lazy().select(pl.col("op_type").cast(pl.String).unique())
+        .collect(),
+    }
+    try:
+        chosen = chosen_run(run, opts)
+    except RunlensError as e:  # --worker, --device or --steps leave this host nothing
+        return made | {"chosen": pl.DataFrame({"why": [str(e)]})}
+    return made | {"stats": node_stats(chosen, opts.step, opts.average),
+                   "outside": outside_ops(chosen).select("op_type", "ns"),
+                   "covered": COVERED(chosen)}
+
+
+class ViewSource(Protocol):
+    """What the CLI asks of a run to print a view: of a Run, or of its hosts' pieces."""
+
+    @property
+    def steps(self) -> list[int]: ...
+    @property
+    def lacks(self) -> Mapping[str, str]: ...
+    @property
+    def attribution(self) -> pl.DataFrame: ...
+    def op_types(self) -> list[str]: ...
+    def left_out(self, choice: StepChoice) -> list[dict]: ...
+    def view(self, kind: str, opts: ViewOptions) -> View: ...
+
+
+@dataclass
+class RunViews:
+    """A loaded Run as a ViewSource."""
+
+    run: Run
+
+    @property
+    def steps(self) -> list[int]:
+        return self.run.steps
+
+    @property
+    def lacks(self) -> Mapping[str, str]:
+        return self.run.lacks
+
+    @property
+    def attribution(self) -> pl.DataFrame:
+        return self.run.attribution
+
+    def op_types(self) -> list[str]:
+        return (self.run.nodes_lazy().select(pl.col("op_type").cast(pl.String).unique())
+                .collect().get_column("op_type").to_list())
+
+    def left_out(self, choice: StepChoice) -> list[dict]:
+        return left_out(self.run, choice)
+
+    def view(self, kind: str, opts: ViewOptions) -> View:
+        return VIEWS[kind](self.run, opts)
+
+
+@dataclass
+class HostViews:
+    """The pieces of a run's hosts (in the run's order of parts) as a ViewSource: the
+    views of HOST_VIEWS only."""
+
+    hosts: list[Pieces]
+    lacks: Mapping[str, str] = field(default_factory=dict)
+
+    def _cat(self, name: str) -> pl.DataFrame:
+        return pl.concat([h[name] for h in self.hosts if name in h], how="vertical_relaxed")
+
+    @property
+    def steps(self) -> list[int]:
+        return self._cat("traced").get_column("step").unique().sort().to_list()
+
+    @property
+    def attribution(self) -> pl.DataFrame:
+        return self._cat("attribution")
+
+    def op_types(self) -> list[str]:
+        return self._cat("op_types").get_column("op_type").unique().to_list()
+
+    def left_out(self, choice: StepChoice) -> list[dict]:
+        flags = self._cat("flags").sort("worker", "step")
+        return left_out_rows(choose(flags, choice))
+
+    def view(self, kind: str, opts: ViewOptions) -> View:
+        chosen = [h for h in self.hosts if "stats" in h]
+        if not chosen:  # every host's reason is the same; the first names its file
+            raise RunlensError(self.hosts[0]["chosen"].item())
+        # The Run's node stats are sorted by (worker, name): the same rows in the same
+        # order give the same float sums, byte for byte.
+        stats = pl.concat([h["stats"] for h in chosen], how="vertical_relaxed").sort(
+            "worker", "name")
+        outside = note_of(pl.concat([h["outside"] for h in chosen], how="vertical_relaxed"))
+        made = HOST_VIEWS[kind](stats, opts, outside)
+        pairs = pl.concat([h["covered"] for h in chosen]).unique()
+        where: dict[str, Any] = {
+            "workers": sorted(pairs.get_column("worker").unique().to_list()),
+            "devices": sorted(pairs.get_column("device").unique().to_list())}
+        return covering(made, where)
