@@ -5,12 +5,14 @@ Run's read sequentially (--no-cache), byte for byte, whatever the options choose
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runlens.analyzer import load
 
 from .conftest import run_cli
-from .test_engines import BERT, HOST_FILE, fleet, tf1_workers
+from .test_engines import BERT, bad_fleet, fleet, tf1_workers
 
 JSON = ["--format", "json"]
 # Each case: the view and its options (steps, workers, step -1 or one step, tfprof's
@@ -88,3 +90,14 @@ def test_code_view_still_reads_the_run(tmp_path):
     made = run_cli(["graph", path, *JSON, "--engine", "local"])
     assert "this command reads every host's events in the driver" in made.stderr
     assert made.stdout == run_cli(["graph", path, *JSON, "--no-cache"]).stdout
+
+
+def test_bad_hosts_are_left_out_of_a_view_by_name(tmp_path, monkeypatch):
+    """A damaged host, a FIFO and a dangling link: named once each; the view is the good
+    hosts' (the same as a fleet of those two alone)."""
+    monkeypatch.setattr(load, "load", _no_driver_load)
+    made = run_cli(["ops", bad_fleet(tmp_path / "bad"), *JSON])
+    for host in ("host002", "host003", "host004"):
+        assert sum(host in line for line in made.stderr.splitlines()) == 1, made.stderr
+    good = run_cli(["ops", fleet(tmp_path / "good", 2), *JSON])
+    assert json.loads(made.stdout)["rows"] == json.loads(good.stdout)["rows"]
