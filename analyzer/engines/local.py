@@ -27,7 +27,9 @@ def run(tasks: list[HostTask], progress: Progress | None = None,
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(read_host, task): i for i, task in enumerate(tasks)}
         for done, future in enumerate(as_completed(futures), start=1):
-            i = futures[future]
+            # dropped from the dict: the future (and the host's pieces it holds) is freed
+            # once handed (as_completed lets go of the futures it has given)
+            i = futures.pop(future)
             try:
                 result = future.result()
             except Exception as e:  # noqa: BLE001 - the process died (killed, out of memory)

@@ -71,14 +71,14 @@ def run(tasks: list[HostTask], progress: Progress | None = None,
     started = _connect(ray)
     try:
         remote = ray.remote(num_cpus=1, max_retries=1)(_remote_read)
-        refs = [remote.remote(task) for task in tasks]
-        index = {ref: i for i, ref in enumerate(refs)}
+        # each ref held until its result is handed, then let go (Ray frees the object)
+        index = {remote.remote(task): i for i, task in enumerate(tasks)}
         results: list[HostResult | None] = [None] * len(tasks)
-        pending, done = list(refs), 0
+        pending, done = list(index), 0
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                i = index[ref]
+                i = index.pop(ref)
                 results[i] = handed(i, _result(ray, ref, tasks[i]), each)
                 done += 1
             if progress:
