@@ -126,10 +126,7 @@ class HostViews:
         chosen = [h for h in self.hosts if "stats" in h]
         if not chosen:  # every host's reason is the same; the first names its file
             raise RunlensError(self.hosts[0]["chosen"].item())
-        # The Run's node stats are sorted by (worker, name): the same rows in the same
-        # order give the same float sums, byte for byte.
-        stats = pl.concat([h["stats"] for h in chosen], how="vertical_relaxed").sort(
-            "worker", "name")
+        stats = _in_runs_order([h["stats"] for h in chosen])
         outside = note_of(pl.concat([h["outside"] for h in chosen], how="vertical_relaxed"))
         made = HOST_VIEWS[kind](stats, opts, outside)
         pairs = pl.concat([h["covered"] for h in chosen]).unique()
@@ -137,3 +134,17 @@ class HostViews:
             "workers": sorted(pairs.get_column("worker").unique().to_list()),
             "devices": sorted(pairs.get_column("device").unique().to_list())}
         return covering(made, where)
+
+
+def _in_runs_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The hosts' node stats as the Run's: sorted by (worker, name), so that the same rows
+    in the same order give the same float sums, byte for byte. Each host's frame is
+    sorted already and holds one worker: put in their workers' order, they are made one
+    frame without a sort's second copy of every host's rows."""
+    workers = [f.get_column("worker").unique() for f in frames]
+    names = [w.item() if len(w) == 1 else None for w in workers]
+    if None in names or len(set(names)) < len(names):  # several workers in a part, or
+        return pl.concat(frames, how="vertical_relaxed").sort("worker", "name")
+    # (one worker in two parts: the sort interleaves their names)
+    order = sorted(range(len(frames)), key=lambda i: str(names[i]))
+    return pl.concat([frames[i] for i in order], how="vertical_relaxed", rechunk=True)
