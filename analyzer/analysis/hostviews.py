@@ -15,7 +15,7 @@ hosts' pieces: the CLI prints a view and its notes the same way from either.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import polars as pl
@@ -23,6 +23,7 @@ import polars as pl
 from ..errors import RunlensError
 from ..model import Run
 from .devicecut import COVERED
+from .nodefold import Folder
 from .nodestats import node_stats
 from .outside import note_of, outside_ops
 from .stepselect import StepChoice, choose, left_out, left_out_rows, step_flags
@@ -96,13 +97,26 @@ class RunViews:
         return VIEWS[kind](self.run, opts)
 
 
-@dataclass
 class HostViews:
-    """The pieces of a run's hosts (in the run's order of parts) as a ViewSource: the
-    views of HOST_VIEWS only."""
+    """The pieces of a run's hosts as a ViewSource (the views of HOST_VIEWS only), given
+    as they come: each host's node stats folded into the run's (analysis.nodefold), its
+    other pieces (a few rows) kept."""
 
-    hosts: list[Pieces]
-    lacks: Mapping[str, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.hosts: list[Pieces] = []  # without their node stats
+        self.folder = Folder([])
+        self.lacks: Mapping[str, str] = {}
+
+    def start(self, parts: list[Any]) -> None:
+        """The run's parts (sources.Part), before any is given."""
+        self.folder = Folder([p.worker for p in parts])
+
+    def give(self, part: Any, pieces: Pieces | None) -> None:
+        """A part's pieces (None: its task failed)."""
+        stats = None if pieces is None else pieces.pop("stats", None)
+        self.folder.give(part.worker, stats)
+        if pieces is not None:
+            self.hosts.append(pieces)
 
     def _cat(self, name: str) -> pl.DataFrame:
         return pl.concat([h[name] for h in self.hosts if name in h], how="vertical_relaxed")
@@ -123,28 +137,14 @@ class HostViews:
         return left_out_rows(choose(flags, choice))
 
     def view(self, kind: str, opts: ViewOptions) -> View:
-        chosen = [h for h in self.hosts if "stats" in h]
-        if not chosen:  # every host's reason is the same; the first names its file
-            raise RunlensError(self.hosts[0]["chosen"].item())
-        stats = _in_runs_order([h["stats"] for h in chosen])
+        chosen = [h for h in self.hosts if "covered" in h]
+        if not chosen or self.folder.folded is None:
+            # every host's reason is the same; the first names its file
+            raise RunlensError(next(h["chosen"].item() for h in self.hosts if "chosen" in h))
         outside = note_of(pl.concat([h["outside"] for h in chosen], how="vertical_relaxed"))
-        made = HOST_VIEWS[kind](stats, opts, outside)
+        made = HOST_VIEWS[kind](self.folder.folded, opts, outside)
         pairs = pl.concat([h["covered"] for h in chosen]).unique()
         where: dict[str, Any] = {
             "workers": sorted(pairs.get_column("worker").unique().to_list()),
             "devices": sorted(pairs.get_column("device").unique().to_list())}
         return covering(made, where)
-
-
-def _in_runs_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """The hosts' node stats as the Run's: sorted by (worker, name), so that the same rows
-    in the same order give the same float sums, byte for byte. Each host's frame is
-    sorted already and holds one worker: put in their workers' order, they are made one
-    frame without a sort's second copy of every host's rows."""
-    workers = [f.get_column("worker").unique() for f in frames]
-    names = [w.item() if len(w) == 1 else None for w in workers]
-    if None in names or len(set(names)) < len(names):  # several workers in a part, or
-        return pl.concat(frames, how="vertical_relaxed").sort("worker", "name")
-    # (one worker in two parts: the sort interleaves their names)
-    order = sorted(range(len(frames)), key=lambda i: str(names[i]))
-    return pl.concat([frames[i] for i in order], how="vertical_relaxed", rechunk=True)

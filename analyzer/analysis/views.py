@@ -22,6 +22,7 @@ from ..model import Run, kernel_label_expr
 from . import devicecut
 from .codepaths import code_paths, qualified_names, with_qualnames
 from .jaxscopes import BACKWARD, FORWARD, fold_frame, has_transforms
+from .nodefold import fold
 from .nodestats import node_stats
 from .outside import outside_note
 from .stepselect import StepChoice, analysed
@@ -95,12 +96,13 @@ def op_view(run: Run, opts: ViewOptions) -> View:
     its sorted list, see docs/views.md).
     """
     run = chosen_run(run, opts)
-    return op_view_of(node_stats(run, opts.step, opts.average), opts, outside_note(run))
+    return op_view_of(fold(node_stats(run, opts.step, opts.average)), opts, outside_note(run))
 
 
 def op_view_of(stats: pl.DataFrame, opts: ViewOptions, outside: str | None = None) -> View:
-    """op_view of the chosen run's node stats (`stats`; `outside`: its outside_note): of
-    one Run, or of many hosts' stats put together (analysis.hostviews)."""
+    """op_view of the chosen run's folded node stats (`stats`: analysis.nodefold;
+    `outside`: its outside_note): of one Run, or of many hosts' folded as they came
+    (analysis.hostviews)."""
     nodes = stats.with_columns(types=types_of(opts)).filter(
         accounted_by(opts.account_type_regexes))
     if opts.op_types == "kernel":
@@ -109,7 +111,7 @@ def op_view_of(stats: pl.DataFrame, opts: ViewOptions, outside: str | None = Non
         name = pl.col("op_type")
     per_type = nodes.with_columns(name=name).group_by("name").agg(
         *[pl.col(m).sum() for m in ALL_METRICS],
-        nodes=pl.len(),
+        nodes=pl.col("nodes").sum(),
         executed_nodes=pl.col("executed").sum(),
         op_types=pl.col("op_type").unique().sort(),
         kernels=pl.col("kernel").unique().sort(),
@@ -317,13 +319,13 @@ def scope_view(run: Run, opts: ViewOptions) -> View:
     run = chosen_run(run, opts)
     if opts.op_types != "kernel":
         return view
-    return _with_kernels(view, node_stats(run, opts.step, opts.average))
+    return _with_kernels(view, fold(node_stats(run, opts.step, opts.average)))
 
 
 def scope_view_of(stats: pl.DataFrame, opts: ViewOptions, outside: str | None = None) -> View:
-    """scope_view of the chosen run's node stats (`stats`; `outside`: its outside_note):
-    of many hosts' stats put together (analysis.hostviews); a Run's own reads its cached
-    default tree instead, which is this tree."""
+    """scope_view of the chosen run's folded node stats (`stats`: analysis.nodefold;
+    `outside`: its outside_note): of many hosts' folded as they came (analysis.hostviews);
+    a Run's own reads its cached default tree instead, which is this tree."""
     nodes = tree_nodes("scopes", scope_items(stats, opts), opts.account_type_regexes, "/")
     view = _noted(_display("scopes", nodes, opts, "/"), outside)
     return _with_kernels(view, stats) if opts.op_types == "kernel" else view
@@ -340,12 +342,13 @@ def _with_kernels(view: View, stats: pl.DataFrame) -> View:
 
 
 def _scope_items(run: Run, opts: ViewOptions) -> pl.DataFrame:
-    return scope_items(node_stats(run, opts.step, opts.average), opts)
+    return scope_items(fold(node_stats(run, opts.step, opts.average)), opts)
 
 
 def scope_items(stats: pl.DataFrame, opts: ViewOptions) -> pl.DataFrame:
-    """Each node of `stats` under its scope path; JAX names folded into the user's scopes
-    (unless raw_scopes), with the node's time in the forward or backward pass beside."""
+    """Each node of `stats` (folded: analysis.nodefold) under its scope path; JAX names
+    folded into the user's scopes (unless raw_scopes), with the node's time in the
+    forward or backward pass beside."""
     if opts.raw_scopes or not has_transforms(stats.get_column("name")):
         return stats.select(pl.col("name").str.split("/").alias("path"),
                             types_of(opts).alias("types"), *ALL_METRICS)

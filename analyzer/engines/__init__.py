@@ -105,24 +105,24 @@ def load_run(path: str | os.PathLike[str], options: loading.LoadOptions, engine:
 
 @dataclass
 class Gathered:
-    """What the driver keeps of a run's hosts' tasks: their pieces (as `keep` held them),
-    the files read, the warnings in load.load's order, and what the hosts lack."""
+    """What the driver says of a run's hosts' tasks: the files read, the warnings in
+    load.load's order, and what the hosts lack (their pieces are `keep`'s)."""
 
-    held: list[Any]
     paths: list[str]
     warnings: list[str]
     lacks: dict[str, str]
 
 
 def gather(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
-           want: str, keep: Callable[[list[Any], dict[str, Any]], None], *,
-           view: Any = None, progress: Progress | None = None,
-           on_note: Warn | None = None) -> Gathered | None:
+           want: str, keep: Callable[[sources.Part, dict[str, Any] | None], None], *,
+           view: Any = None, start: Callable[[list[sources.Part]], None] | None = None,
+           progress: Progress | None = None, on_note: Warn | None = None) -> Gathered | None:
     """Run one task per part of the run at `path`, each computing its `want` pieces
     ("summary": analysis.hostsummary; "views": analysis.hostviews for ViewOptions
-    `view`), given to `keep(held, pieces)` as they come, so that the driver holds only
-    what `keep` keeps. None when the run has one part or is read without the cache (the
-    tasks could give it back only through the cache): then it is loaded as before."""
+    `view`), given to `keep(part, pieces)` as they come (None: the part's task failed),
+    so that the driver holds only what `keep` keeps; `start(parts)` is told the parts
+    before their tasks run. None when the run has one part or is read without the cache
+    (the tasks could give it back only through the cache): then it is loaded as before."""
     import polars as pl
 
     from ..errors import RunlensError
@@ -132,15 +132,16 @@ def gather(path: str | os.PathLike[str], options: loading.LoadOptions, engine: s
     if len(parts) < 2 or not options.use_cache:
         return None
     cache_dir = os.environ.get(loading.cache.CACHE_DIR_VARIABLE) or None
-    held: list[Any] = []
+    if start is not None:
+        start(parts)
 
-    def each(_index: int, result: HostResult) -> None:
-        if result.error is None:
-            keep(held, {name: pl.read_ipc(data) for name, data in result.pieces})
+    def each(index: int, result: HostResult) -> None:
+        keep(parts[index], None if result.error is not None else
+             {name: pl.read_ipc(data) for name, data in result.pieces})
 
     tasks = [HostTask(reader.kind, p, cache_dir, (want,), view=view) for p in parts]
     results = run_tasks(engine, tasks, progress, each)
-    gathered = Gathered(held, [], [], {})
+    gathered = Gathered([], [], {})
     for part, result in zip(parts, results, strict=True):  # as load.load says them
         gathered.warnings.extend(part.warnings)
         if result.error is not None:
@@ -167,31 +168,37 @@ def summary(path: str | os.PathLike[str], options: loading.LoadOptions, engine: 
     has one part or is read without the cache: then it is loaded as before."""
     from ..analysis.hostsummary import compact, summary_of
 
-    def keep(held: list[Any], pieces: dict[str, Any]) -> None:
-        held.append(pieces)
+    held: list[Any] = []
+
+    def keep(_part: sources.Part, pieces: dict[str, Any] | None) -> None:
+        if pieces is not None:
+            held.append(pieces)
         if len(held) > _COMPACT_EVERY:  # the hosts' node names kept once
             held[:] = [compact(held)]
 
     got = gather(path, options, engine, "summary", keep, progress=progress, on_note=on_note)
     if got is None:
         return None
-    return summary_of(got.held, choice, paths=got.paths, warnings=got.warnings,
-                      lacks=got.lacks)
+    return summary_of(held, choice, paths=got.paths, warnings=got.warnings, lacks=got.lacks)
 
 
 def views(path: str | os.PathLike[str], options: loading.LoadOptions, engine: str,
           view: Any, *, progress: Progress | None = None,
           on_note: Warn | None = None) -> tuple[Any, list[str]] | None:
     """`analyze ops|scopes` of a run of several parts: (analysis.hostviews.HostViews of
-    its hosts' pieces for ViewOptions `view`, the warnings). The driver holds each host's
-    node stats (one row per node), never its events. None as `gather`."""
+    its hosts' pieces for ViewOptions `view`, the warnings). The driver holds the hosts'
+    node stats folded into one row per node (analysis.nodefold), never a host's events.
+    None as `gather`, and when the hosts' workers cannot be folded in order (a worker in
+    two parts, a part of several workers): then the run is loaded."""
     from ..analysis.hostviews import HostViews
 
-    got = gather(path, options, engine, "views", lambda held, p: held.append(p), view=view,
+    made = HostViews()
+    got = gather(path, options, engine, "views", made.give, view=view, start=made.start,
                  progress=progress, on_note=on_note)
-    if got is None:
+    if got is None or made.folder.mixed:
         return None
-    return HostViews(got.held, got.lacks), got.warnings
+    made.lacks = got.lacks
+    return made, got.warnings
 
 
 def aggregates_of(results: list[HostResult]) -> Any:
