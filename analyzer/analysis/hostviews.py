@@ -42,8 +42,7 @@ def pieces(run: Run, opts: ViewOptions) -> Pieces:
         "flags": step_flags(run).select("worker", "step", "step_us", "left_out", "why"),
         "traced": run.executions.select(pl.col("step").unique()),
         "attribution": run.attribution,
-        "op_types": run.nodes_lazy().select(pl.col("op_type").cast(pl.String).unique())
-        .collect(),
+        "op_types": ran_op_types(run),
     }
     try:
         chosen = chosen_run(run, opts)
@@ -52,6 +51,14 @@ def pieces(run: Run, opts: ViewOptions) -> Pieces:
     return made | {"stats": node_stats(chosen, opts.step, opts.average),
                    "outside": outside_ops(chosen).select("op_type", "ns"),
                    "covered": COVERED(chosen)}
+
+
+def ran_op_types(run: Run) -> pl.DataFrame:
+    """The op types of the keys the executions use (a few hundred keys, not a million
+    executions' op types gathered and hashed)."""
+    used = run.executions.get_column("key_id").unique()
+    return (run.keys.get_column("op_type").cast(pl.String).gather(used).unique()
+            .to_frame("op_type"))
 
 
 class ViewSource(Protocol):
@@ -87,8 +94,7 @@ class RunViews:
         return self.run.attribution
 
     def op_types(self) -> list[str]:
-        return (self.run.nodes_lazy().select(pl.col("op_type").cast(pl.String).unique())
-                .collect().get_column("op_type").to_list())
+        return ran_op_types(self.run).get_column("op_type").to_list()
 
     def left_out(self, choice: StepChoice) -> list[dict]:
         return left_out(self.run, choice)
