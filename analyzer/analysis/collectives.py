@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..model import TIMED_LANES, Run
-from ..sources.xplane_collectives import WAIT_TYPE  # the op type of the wait rows
+from ..model import TIMED_LANES, WAIT_TYPE, Run
 
 COLLECTIVE, WAIT, COMPUTE = "collective", "collective wait", "compute"
 XLA_TYPES = (r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"
@@ -139,11 +138,13 @@ def summary_of(rows: pl.DataFrame, steps: int) -> dict | None:
 
 def views_note(run: Run) -> str | None:
     """What the views say of a run with collectives: how the category shows in them."""
-    kinds = (run.nodes_lazy().select(pl.col("op_type").cast(pl.String)).unique()
-             .filter(category_expr(pl.col("op_type")) == COLLECTIVE).sort("op_type")
-             .collect().get_column("op_type").to_list())
-    waits = run.nodes_lazy().filter(pl.col("op_type") == WAIT_TYPE).select(pl.len()) \
-        .collect().item()
+    # The op types of the keys the executions use: ~160 keys, not a million rows.
+    used = run.executions.get_column("key_id").unique()
+    op_types = (run.keys.get_column("op_type").cast(pl.String).gather(used).unique()
+                .to_frame())
+    kinds = (op_types.filter(category_expr(pl.col("op_type")) == COLLECTIVE)
+             .sort("op_type").get_column("op_type").to_list())
+    waits = WAIT_TYPE in op_types.get_column("op_type")
     if not kinds and not waits:
         return None
     return ("collectives: op types " + (", ".join(kinds) or "none")
