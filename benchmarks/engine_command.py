@@ -130,6 +130,10 @@ def measure_command_rounds(run: Path, rounds: int, tfprof: Any) -> dict[str, Any
                       f"{r['self_peak_rss_kib'] / 1024:,.0f}, tree sampled "
                       f"{r['tree_peak_rss_kib'] / 1024:,.0f}), other processes "
                       f"{r['other_cpu_seconds'] or 0:.2f} CPU-s")
+                if (r["other_cpu_seconds"] or 0) > max(0.2, 0.1 * r["seconds"]):
+                    print(f"WARNING: other processes used {r['other_cpu_seconds']:.2f} CPU-s "
+                          f"during this {r['seconds']:.2f} s command; its figures are "
+                          "disturbed")
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
         if tfprof is None:
