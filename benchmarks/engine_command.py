@@ -19,6 +19,7 @@ processes; the sum covers them).
 from __future__ import annotations
 
 import compileall
+import hashlib
 import os
 import re
 import shutil
@@ -91,6 +92,7 @@ def time_command(cmd: list[str], cache_dir: Path) -> dict[str, Any]:
             "self_peak_rss_kib": usage.ru_maxrss, "tree_peak_rss_kib": peak[0],
             "peak_rss_kib": max(usage.ru_maxrss, peak[0]),
             "stdout_lines": len(out[0].splitlines()),
+            "stdout_digest": hashlib.sha256(out[0]).hexdigest(),
             "stderr_tail": out[1].decode(errors="replace").strip().splitlines()[-3:],
             # CPU used meanwhile by anything but the command (this script's sampler
             # included): a sign that the figure is disturbed
@@ -123,6 +125,10 @@ def measure_command_rounds(run: Path, rounds: int, tfprof: Any) -> dict[str, Any
                     return None
                 if kind == "cold" and not _cache_written(cache_dir):
                     print("WARNING: the cold command left no cache")
+                if kind == "warm" and r["stdout_digest"] != cold[-1]["stdout_digest"]:
+                    print("WARNING: the warm command printed other bytes than the cold one")
+                if (run / ".runlens").exists():
+                    print(f"WARNING: {run / '.runlens'} exists: the command was not cold")
                 into.append(r)
                 print(f"  {kind} `analyze {VIEW}`: {r['seconds']:.3f} s wall, "
                       f"{r['cpu_seconds']:.2f} CPU-s, peak RSS "
