@@ -98,13 +98,9 @@ def code_files() -> list[Path]:
     """The files whose code could decide what the cache holds: every module of analyzer/
     and its packages (a new package is covered without a change here), its C sources (and
     their #included parts) and built modules."""
-    package = Path(__file__).parent
-    found = []
-    for folder, dirs, names in os.walk(package):  # one walk (four rglobs took ~6 ms)
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        found += [Path(folder, n) for n in names
-                  if n.endswith((".py", ".c", ".h")) or (n.startswith("_") and n.endswith(".so"))]
-    return sorted(found)
+    return sorted(p for p in Path(__file__).parent.rglob("*")  # one walk, not four rglobs
+                  if "__pycache__" not in p.parts and (p.suffix in (".py", ".c", ".h") or (
+                      p.name.startswith("_") and p.suffix == ".so")))
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,
