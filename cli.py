@@ -25,6 +25,7 @@ from .cli_options import (
     Progress,
     choice,
     emit,
+    exit_without_teardown,
     handle_errors,
     load,
     no_cache_option,
@@ -40,7 +41,7 @@ from .cli_options import (
 if TYPE_CHECKING:
     from .analyzer.analysis.view_options import ViewOptions
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERNAL", "handle_errors", "main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERNAL", "handle_errors", "main", "run"]
 
 
 def _version() -> str:
@@ -394,5 +395,15 @@ main.add_command(cli_gate.compare)
 main.add_command(cli_gate.baseline)
 
 
+def run() -> None:
+    """The `analyze` script: `main`, then the process ends without the interpreter's
+    teardown (cli_options.exit_without_teardown)."""
+    try:
+        main()
+    except SystemExit as e:
+        exit_without_teardown(e.code)
+    exit_without_teardown(0)
+
+
 if __name__ == "__main__":
-    main()
+    run()

@@ -37,6 +37,36 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def exit_without_teardown(code: Any) -> None:
+    """End the process with `code` (a SystemExit's) as the interpreter would, but without
+    its teardown: the threads are joined (the cache's writer finishes what it was given),
+    atexit handlers run, stdout and stderr are flushed, and then the process exits. A cold
+    command on a million node stats spent 0.15-0.3 s freeing its frames and modules one
+    object at a time; the OS takes the memory back at once. The `analyze` script only
+    (cli.run): tests call `main` in their own process."""
+    import atexit
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx does first
+    if shutdown is None:  # pragma: no cover - not CPython: the ordinary exit
+        sys.exit(code)
+    shutdown()
+    atexit._run_exitfuncs()
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): printed, status 1, as the interpreter does
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader left (`| head`), or it is closed
+            pass
+    os._exit(status)
+
+
 def one_line(text: str) -> str:
     """A message on one line: its lines joined (a file name may hold a newline), a name's
     bytes that are not UTF-8 as \\xNN (readfile.shown)."""

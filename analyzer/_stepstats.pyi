@@ -2,7 +2,8 @@
 
 from typing import Any, TypedDict
 
-# A finished column: (numpy dtype string: "i8", "i4", "u4" or "u8"; its bytes).
+# A finished column: (numpy dtype string: "i8", "i4", "u4" or "u8"; its values, an object
+# with the buffer protocol and __arrow_c_array__: pl.Series(values) takes them, no copy).
 Column = tuple[str, Any]
 
 class Decoded(TypedDict):

@@ -259,6 +259,10 @@ class Run:
 # execution on a per-stream or memcpy lane is the same work seen again.
 TIMED_LANES = ("device", "stream_all")
 
+# The op type of the rows that are a collective's wait for its peers (XLA:CPU's Rendezvous
+# events: sources/xplane_collectives.py makes them; analysis/collectives.py reads them).
+WAIT_TYPE = "peer-wait"
+
 
 def lane_kind_expr(lane: pl.Expr) -> pl.Expr:
     """'stream_all', 'stream', 'memcpy', 'device' (canonical lane) or 'other', as tfprof splits.

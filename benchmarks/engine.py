@@ -40,6 +40,8 @@ cache is warm for both runlens and tfprof.
 
 usage: python benchmarks/engine.py [--node-stats 1000000] [--fixture rnn_while]
            [--tfprof-steps 1000] [--rounds 3] [--jobs N] [--keep] [--out DIR] [--seed 0]
+       python benchmarks/engine.py --command [--rounds 3] [--tfprof-steps 1000]
+           (the cold `analyze ops RUN` command as a user runs it: benchmarks/engine_command.py)
        python benchmarks/engine.py --node-stats 200000 --profile --no-tfprof [--jobs 1]
            (cProfile of the cold and warm paths; top cumulative hot spots in analyzer/;
            --jobs 1 keeps the step ingest in the profiled process)
@@ -63,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # The children's measurements and the machine's description live beside this script.
+from benchmarks.engine_command import measure_command_rounds, report_command  # noqa: E402
 from benchmarks.engine_measure import (  # noqa: E402
     child_engine,
     child_profile,
@@ -228,6 +231,10 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                     help="rounds of measurement: each runs every runlens path once (a fresh "
                          "process each) and then tfprof; medians over rounds are reported "
                          "(default 3)")
+    ap.add_argument("--command", action="store_true",
+                    help="time the cold `analyze ops RUN` command itself (a fresh process, "
+                         "imports and the cache write included) against tfprof, instead of "
+                         "load_run + views (benchmarks/engine_command.py)")
     ap.add_argument("--json", type=Path, default=None, help="also write all results here")
     ap.add_argument("--_child", choices=["cold", "no-cache", "warm", "tfprof", "profile-cold",
                                          "profile-warm"],
@@ -411,6 +418,8 @@ def benchmark(args: argparse.Namespace, fixture: Path, out: Path,
     built = build_run(fixture, out, args.node_stats, args.seed)
     results["built"] = built
     print_built(out, args.fixture, built)
+    if args.command:
+        return benchmark_command(args, out, results, built["node_stats"])
     jobs_args = ["--jobs", str(args.jobs)] if args.jobs else []
     measured = measure_rounds(out, args, jobs_args)
     if measured is None:
@@ -425,6 +434,21 @@ def benchmark(args: argparse.Namespace, fixture: Path, out: Path,
     print()
     print(table(rows))
     results["table"] = rows
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0
+
+
+def benchmark_command(args: argparse.Namespace, out: Path, results: dict[str, Any],
+                      nodes: int) -> int:
+    """--command: the cold `analyze ops RUN` in rounds with tfprof; the table."""
+    tfprof = None if args.no_tfprof else (lambda: run_tfprof(out, args.tfprof_steps))
+    measured = measure_command_rounds(out, args.rounds, tfprof)
+    if measured is None:
+        return 1
+    results["command"] = measured
+    print()
+    print("\n".join(report_command(measured, nodes)))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return 0

@@ -140,7 +140,7 @@ def test_a_wheel_holds_only_the_runlens_package(wheel):
         assert any(re.fullmatch(rf"runlens/analyzer/{module}\.[^/]*\.so", n) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert re.search(r"^analyze = runlens\.cli:main$", text, re.MULTILINE)
+    assert re.search(r"^analyze = runlens\.cli:run$", text, re.MULTILINE)
 
 
 CHILD = """

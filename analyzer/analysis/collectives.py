@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..model import TIMED_LANES, Run
-from ..sources.xplane_collectives import WAIT_TYPE  # the op type of the wait rows
+from ..model import TIMED_LANES, WAIT_TYPE, Run
 
 COLLECTIVE, WAIT, COMPUTE = "collective", "collective wait", "compute"
 XLA_TYPES = (r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"

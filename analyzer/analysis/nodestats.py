@@ -75,26 +75,27 @@ def _per_node(run: Run, step: int, average: str = "node") -> pl.DataFrame:
         ex = ex.with_columns(away.alias("outside"))
         keep = keep & ~pl.col("outside")
     exact = exact_times(run)
-    steps_run = pl.col("step_run").drop_nulls().n_unique()
-    per = steps_run
-    masked = _masked(ex, keep, exact)
-    if average == "steps" and step < 0:  # every node by its worker's steps
-        workers = run.nodes_lazy().group_by("worker").agg(n_steps=pl.col("step").n_unique())
-        per_id = nodes.lazy().with_row_index("node_id").join(workers, on="worker").select(
-            pl.col("node_id").cast(pl.UInt32), "n_steps")
-        # maintain_order: a float sum's last bits follow the order of its rows (the same
-        # input must give the same bytes)
-        masked = masked.with_columns(pl.col("node_id").cast(pl.UInt32)).join(
-            per_id, on="node_id", how="left", maintain_order="left")
-        per = pl.col("n_steps").first()
-    sums = masked.group_by("node_id").agg(
-        # exact times are summed as integer nanoseconds (their sum does not depend on
-        # the order or chunking of the rows: a host's node gives the same bits read
-        # alone or in the whole run), then made microseconds
-        *[pl.col(c).sum() / 1000.0 / per if exact and c in TIME_METRICS
-          else (pl.col(c).sum() // per).cast(pl.Int64) for c in METRICS],
-        steps_run=steps_run.cast(pl.UInt32),
+    # Summed per node over the executions (exact times as integer nanoseconds: their sum
+    # does not depend on the order or chunking of the rows, so a host's node gives the
+    # same bits read alone or in the whole run), then divided on the few thousand nodes.
+    sums = _masked(ex, keep, exact).group_by("node_id").agg(
+        *[pl.col(c).sum() for c in METRICS],
+        steps_run=pl.col("step_run").drop_nulls().n_unique(),
     ).collect()
+    per = pl.col("steps_run")
+    if average == "steps" and step < 0:  # every node by its worker's steps
+        workers = (run.nodes_lazy().group_by("worker").agg(n_steps=pl.col("step").n_unique())
+                   .collect())
+        per_id = nodes.with_row_index("node_id").join(workers, on="worker").select(
+            pl.col("node_id").cast(sums.schema["node_id"]), "n_steps")
+        sums = sums.join(per_id, on="node_id", how="left")
+        per = pl.col("n_steps")
+    sums = sums.select(
+        "node_id",
+        *[pl.col(c) / 1000.0 / per if exact and c in TIME_METRICS
+          else (pl.col(c) // per).cast(pl.Int64) for c in METRICS],
+        steps_run=pl.col("steps_run").cast(pl.UInt32),
+    )
     return (
         nodes.with_row_index("node_id")
         .join(per_node, on="node_id", how="left")

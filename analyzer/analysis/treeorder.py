@@ -4,7 +4,6 @@ sorted. Separate from analyzer/analysis/views.py, which chooses what is displaye
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from .view_options import ORDER_BY
@@ -60,6 +59,8 @@ def order_tree(rows: pl.DataFrame, order_by: str) -> pl.DataFrame:
     it, computed one nesting level at a time with numpy (keys can be long code paths:
     hashing them row by row in Python cost more than the rest of the view).
     """
+    import numpy as np  # here: the flat views (ops, graph) need no numpy (~50 ms to import)
+
     key = ORDER_BY[order_by]
     sort_cols = ["name"] if key == "name" else [key, "name"]
     desc = [False] if key == "name" else [True, False]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from ..errors import InputFileError
@@ -62,32 +61,38 @@ def walk_step_bytes(stats_bytes: Buffer, step: int, source: str) -> StepFrames:
 
 
 def decoded_frames(result: Decoded) -> StepFrames:
-    """The C decoder's columns -> frames: numbers as they are, string codes looked up."""
+    """The C decoder's columns -> frames: numbers as they are (each column's buffer taken
+    by polars without a copy, through the Arrow PyCapsule interface: no numpy, whose
+    import costs a cold command ~50 ms), string codes looked up."""
     strings = pl.Series(result["strings"], dtype=pl.String)
 
     def table(columns: dict[str, Column], schema: Schema, text: tuple[str, ...] = ()
               ) -> pl.DataFrame:
         cols = []
-        for col, (dtype, buf) in columns.items():
-            values = pl.Series(col, np.frombuffer(buf, dtype=dtype))
+        for col, (_dtype, buf) in columns.items():
+            values = pl.Series(buf).alias(col)
             if col in text:
                 values = strings.gather(values).alias(col)
             cols.append(values)
         return pl.DataFrame(cols).select(list(schema))
 
-    def triples(keys: bytes) -> np.ndarray:
-        return np.frombuffer(keys, dtype=np.uint32).reshape(-1, 3)
+    def triples(keys: bytes) -> pl.DataFrame:
+        """uint32 triples (a few thousand at most) -> three columns a, b, c."""
+        flat = memoryview(keys).cast("I")
+        return pl.DataFrame([pl.Series(name, flat[i::3].tolist(), dtype=pl.UInt32)
+                             for i, name in enumerate("abc")])
 
     nodes, keys = _used_keys(table(result["nodes"], NODE_SCHEMA), "key_id",
                              triples(result["keys"]))
     outputs, out_keys = _used_keys(table(result["outputs"], OUTPUT_SCHEMA), "out_key",
                                    triples(result["output_keys"]))
-    output_keys = pl.DataFrame({"dtype": out_keys[:, 0].view(np.int32), "shape": out_keys[:, 1],
-                                "allocator_name": strings.gather(out_keys[:, 2])})
+    output_keys = pl.DataFrame({"dtype": out_keys.get_column("a").reinterpret(signed=True),
+                                "shape": out_keys.get_column("b"),
+                                "allocator_name": strings.gather(out_keys.get_column("c"))})
     return StepFrames(
         nodes=nodes,  # the decoder fills in nanos from micros as _nanos_from_micros does
-        keys=pl.DataFrame([strings.gather(codes).alias(name)
-                           for name, codes in zip(KEY_SCHEMA, keys.T, strict=True)]),
+        keys=pl.DataFrame([strings.gather(keys.get_column(codes)).alias(name)
+                           for name, codes in zip(KEY_SCHEMA, "abc", strict=True)]),
         outputs=outputs,
         output_keys=_named_outputs(output_keys, result["shapes"]),
         memory=table(result["memory"], MEMORY_SCHEMA, ("allocator_name",)),
@@ -96,16 +101,18 @@ def decoded_frames(result: Decoded) -> StepFrames:
     )
 
 
-def _used_keys(rows: pl.DataFrame, column: str, keys: np.ndarray
-               ) -> tuple[pl.DataFrame, np.ndarray]:
+def _used_keys(rows: pl.DataFrame, column: str, keys: pl.DataFrame
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Only the keys some row has (a step the decoder declined may have added some),
     numbered in order."""
-    key_id = rows.get_column(column).to_numpy()
-    used = np.bincount(key_id, minlength=len(keys)) > 0
+    key_id = rows.get_column(column)
+    used = pl.repeat(False, keys.height, dtype=pl.Boolean, eager=True).scatter(
+        key_id.unique(), True)
     if used.all():
         return rows, keys
-    renumber = (np.cumsum(used) - 1).astype(np.uint32)
-    return rows.with_columns(pl.Series(column, renumber[key_id])), keys[used]
+    renumber = (used.cast(pl.UInt32).cum_sum() - 1).cast(key_id.dtype)
+    return (rows.with_columns(renumber.gather(key_id).alias(column)),
+            keys.filter(used))
 
 
 def _nanos_from_micros(nodes: pl.DataFrame) -> pl.DataFrame:

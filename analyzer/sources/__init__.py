@@ -92,9 +92,8 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
     """The source that reads `path` (`kind` forces one); RunDirError naming what runlens
     reads when none does."""
     p = Path(path)
-    sources = registered()
     if kind is not None:
-        by_kind = {s.kind: s for s in sources}
+        by_kind = {s.kind: s for s in registered()}
         if kind not in by_kind:
             raise RunDirError(f"unknown source {kind!r}; runlens reads: "
                               + ", ".join(sorted(by_kind)))
@@ -105,9 +104,13 @@ def detect(path: str | os.PathLike[str], kind: str | None = None) -> Source:
         raise RunDirError(f"{p}: no such file or directory") from None
     except OSError as e:  # a folder on the way that cannot be searched, a loop...
         raise RunDirError(f"{p}: cannot read ({e.strerror or e})") from None
-    for source in sources:
+    # Each source's module is imported only when the ones before it refused the path: a
+    # run dir's command imports no XSpace reader.
+    for target in SOURCES.values():
+        source = registries.load(target)
         if source.accepts(p):
             return source
+    sources = registered()
     if p.is_file():  # a damaged copy of a profile: say how it was damaged, not what we read
         from . import damage
         try:

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from ..model import WAIT_TYPE  # the op type of the wait rows (said once, with the model)
 from .hlo_collectives import COLLECTIVE_OPCODES
 from .xplane_hlo import HloOp
 from .xplane_wire import Plane
 
 Ops = Any  # xplane_read.Ops (which imports this module: not imported back)
 
-WAIT_TYPE = "peer-wait"  # the op type of the wait rows (said once: analysis/collectives.py)
 _KEY = "RendezvousKey"
 KINDS = frozenset(c.removesuffix("-start").removesuffix("-done") for c in COLLECTIVE_OPCODES)
 

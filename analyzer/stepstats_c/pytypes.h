@@ -1,5 +1,5 @@
 /* The Python side: the Decoder type (add/finish, rolled back on a failed add) and the
- * Column type that hands a finished column's buffer to numpy without a copy.
+ * Column type that hands a finished column's buffer to numpy or polars without a copy.
  *
  * Part of analyzer/_stepstats.c's single translation unit (included once, in
  * order, so the compiler still inlines across parts); not a public header. */
@@ -81,13 +81,122 @@ static PyObject *decoder_add(Decoder *d, PyObject *args) {
     return PyLong_FromLong(devices);
 }
 
-/* A finished column: owns its malloc'd buffer and exposes it through the buffer protocol,
- * so numpy (and polars after it) view the decoded values without a copy. */
+/* A finished column: owns its malloc'd buffer and exposes it through the buffer protocol
+ * (numpy views it without a copy) and as an Arrow array (__arrow_c_array__, the Arrow
+ * PyCapsule interface: polars takes it without a copy and without numpy). */
 typedef struct {
     PyObject_HEAD
     char *data;
     Py_ssize_t len;
+    const char *format;  /* Arrow's format of the values: "l", "i", "I" or "L" */
+    int itemsize;
 } Column;
+
+/* The Arrow C data interface's two structs (arrow.apache.org/docs/format/CDataInterface). */
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+/* What an exported array holds: the Column it views (a reference) and its two buffers
+ * (no validity bitmap: the values have no nulls). */
+typedef struct {
+    PyObject *owner;
+    const void *buffers[2];
+} ArrowHold;
+
+static void arrow_schema_release(struct ArrowSchema *s) { s->release = NULL; }
+
+/* Called by whoever holds the array last, in any thread (polars frees in its own). */
+static void arrow_array_release(struct ArrowArray *a) {
+    ArrowHold *h = (ArrowHold *)a->private_data;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(h->owner);
+    PyGILState_Release(g);
+    free(h);
+    a->release = NULL;
+}
+
+static void arrow_schema_capsule_free(PyObject *capsule) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(capsule, "arrow_schema");
+    if (s && s->release) s->release(s);
+    free(s);
+}
+
+static void arrow_array_capsule_free(PyObject *capsule) {
+    struct ArrowArray *a = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (a && a->release) a->release(a);
+    free(a);
+}
+
+static PyObject *column_arrow_c_array(Column *c, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"requested_schema", NULL};
+    PyObject *requested = Py_None;  /* a request to convert: the values are what they are */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O", names, &requested)) return NULL;
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    ArrowHold *h = calloc(1, sizeof *h);
+    if (!s || !a || !h) {
+        free(s);
+        free(a);
+        free(h);
+        return PyErr_NoMemory();
+    }
+    s->format = c->format;
+    s->name = "";
+    s->release = arrow_schema_release;
+    Py_INCREF(c);
+    h->owner = (PyObject *)c;
+    h->buffers[0] = NULL;
+    h->buffers[1] = c->data ? c->data : "";
+    a->length = c->len / c->itemsize;
+    a->n_buffers = 2;
+    a->buffers = h->buffers;
+    a->release = arrow_array_release;
+    a->private_data = h;
+    PyObject *schema = PyCapsule_New(s, "arrow_schema", arrow_schema_capsule_free);
+    if (!schema) {
+        s->release(s);
+        free(s);
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    PyObject *array = PyCapsule_New(a, "arrow_array", arrow_array_capsule_free);
+    if (!array) {
+        Py_DECREF(schema);
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", schema, array);
+}
+
+static PyMethodDef column_methods[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))column_arrow_c_array,
+     METH_VARARGS | METH_KEYWORDS, "The values as an Arrow array (PyCapsules), no copy."},
+    {NULL, NULL, 0, NULL},
+};
 
 static int column_getbuffer(Column *c, Py_buffer *view, int flags) {
     return PyBuffer_FillInfo(view, (PyObject *)c, c->data ? c->data : (char *)"", c->len, 1,
@@ -109,12 +218,21 @@ static PyTypeObject ColumnType = {
     .tp_doc = "Bytes of one decoded column (read-only buffer).",
     .tp_dealloc = (destructor)column_dealloc,
     .tp_as_buffer = &column_as_buffer,
+    .tp_methods = column_methods,
 };
 
-/* Hands the buffer over to a Column; the Buf is left empty. */
-static PyObject *take_column(Buf *b) {
+/* Arrow's format and the size of a value of a column's type ("i8", "i4", "u4", "u8"). */
+static void arrow_format(const char *type, const char **format, int *itemsize) {
+    int is_unsigned = type[0] == 'u', wide = type[1] == '8';
+    *format = wide ? (is_unsigned ? "L" : "l") : (is_unsigned ? "I" : "i");
+    *itemsize = wide ? 8 : 4;
+}
+
+/* Hands the buffer over to a Column of `type`; the Buf is left empty. */
+static PyObject *take_column(Buf *b, const char *type) {
     Column *c = PyObject_New(Column, &ColumnType);
     if (!c) return NULL;
+    arrow_format(type, &c->format, &c->itemsize);
     c->data = b->data;
     c->len = (Py_ssize_t)b->len;
     b->data = NULL;
@@ -126,7 +244,7 @@ static PyObject *table_dict(Buf *cols, const ColSpec *spec, int n) {
     PyObject *out = PyDict_New();
     if (!out) return NULL;
     for (int i = 0; i < n; i++) {
-        PyObject *data = take_column(&cols[i]);
+        PyObject *data = take_column(&cols[i], spec[i].type);
         PyObject *pair = data ? Py_BuildValue("(sN)", spec[i].type, data) : NULL;
         if (!pair || PyDict_SetItemString(out, spec[i].name, pair)) {
             Py_XDECREF(pair);
