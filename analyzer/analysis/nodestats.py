@@ -82,20 +82,27 @@ def _per_node(run: Run, step: int, average: str = "node") -> pl.DataFrame:
         *[pl.col(c).sum() for c in METRICS],
         steps_run=pl.col("step_run").drop_nulls().n_unique(),
     ).collect()
-    per = pl.col("steps_run")
+    per_name = "steps_run"
     if average == "steps" and step < 0:  # every node by its worker's steps
         workers = (run.nodes_lazy().group_by("worker").agg(n_steps=pl.col("step").n_unique())
                    .collect())
         per_id = nodes.with_row_index("node_id").join(workers, on="worker").select(
             pl.col("node_id").cast(sums.schema["node_id"]), "n_steps")
         sums = sums.join(per_id, on="node_id", how="left")
-        per = pl.col("n_steps")
+        per_name = "n_steps"
+    times = []
+    if exact:  # ns / (1000 x steps): one correctly rounded division of two Series; an
+        # expression's divisor that polars holds as one broadcast value (a host of one
+        # worker) is divided as a product by its reciprocal, 1 ulp off the Run's bits
+        divisor = sums.get_column(per_name).cast(pl.Float64) * 1000.0
+        times = [sums.get_column(c).cast(pl.Float64) / divisor for c in TIME_METRICS]
+    per = pl.col(per_name)
     sums = sums.select(
         "node_id",
-        *[pl.col(c) / 1000.0 / per if exact and c in TIME_METRICS
-          else (pl.col(c) // per).cast(pl.Int64) for c in METRICS],
+        *[(pl.col(c) // per).cast(pl.Int64) for c in METRICS
+          if not (exact and c in TIME_METRICS)],
         steps_run=pl.col("steps_run").cast(pl.UInt32),
-    )
+    ).with_columns(times)
     return (
         nodes.with_row_index("node_id")
         .join(per_node, on="node_id", how="left")
