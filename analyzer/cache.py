@@ -99,9 +99,12 @@ def code_files() -> list[Path]:
     and its packages (a new package is covered without a change here), its C sources (and
     their #included parts) and built modules."""
     package = Path(__file__).parent
-    patterns = ("*.py", "*.c", "*.h", "_*.so")
-    return sorted(p for pattern in patterns for p in package.rglob(pattern)
-                  if "__pycache__" not in p.parts)
+    found = []
+    for folder, subfolders, names in os.walk(package):  # one walk: 4 rglobs took ~8 ms
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        found += [Path(folder, n) for n in names if n.endswith((".py", ".c", ".h"))
+                  or (n.startswith("_") and n.endswith(".so"))]
+    return sorted(found)
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,
