@@ -154,29 +154,31 @@ def stages_child(path: str, modules: list[str]) -> None:
     import importlib
     import threading
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a module only importable as a side effect
             pass
-    spent: dict[str, float] = {"imports (all the command imports)":
-                               time.perf_counter() - start}
+    spent: dict[str, tuple[float, float]] = {"imports (all the command imports)": (
+        time.perf_counter() - start, time.thread_time() - cpu)}
     local = threading.local()
 
     def wrap(stage: str, fn: Any) -> Any:
         def timed_fn(*args: Any, **kwargs: Any) -> Any:
             stack = local.__dict__.setdefault("stack", [])
-            stack.append(0.0)
-            t = time.perf_counter()
+            stack.append([0.0, 0.0])
+            t, c = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                took = time.perf_counter() - t
+                took, cpu = time.perf_counter() - t, time.thread_time() - c
                 nested = stack.pop()
-                spent[stage] = spent.get(stage, 0.0) + took - nested
+                was = spent.get(stage, (0.0, 0.0))
+                spent[stage] = (was[0] + took - nested[0], was[1] + cpu - nested[1])
                 if stack:
-                    stack[-1] += took
+                    stack[-1][0] += took
+                    stack[-1][1] += cpu
         return timed_fn
 
     for stage, module, name in STAGES + BACKGROUND:
@@ -185,15 +187,15 @@ def stages_child(path: str, modules: list[str]) -> None:
     from runlens.cli import main
 
     sys.argv = ["analyze", "scopes", path, "--format", "json", "--min-micros", "0"]
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     try:
         main(standalone_mode=False)
     except SystemExit:
         pass
-    command = time.perf_counter() - t
-    t = time.perf_counter()
+    command = (time.perf_counter() - t, time.thread_time() - c)
+    t, c = time.perf_counter(), time.thread_time()
     cache.wait()
-    spent["cache: wait at exit"] = time.perf_counter() - t
+    spent["cache: wait at exit"] = (time.perf_counter() - t, time.thread_time() - c)
     spent["(total in the command, before the wait)"] = command
     sys.stderr.write("STAGES " + json.dumps(spent) + "\n")
 
@@ -241,16 +243,16 @@ def stages(path: Path, env: dict[str, str]) -> None:
     spent = json.loads(line[len("STAGES "):])
     total = spent.pop("(total in the command, before the wait)")
     background = {k: spent.pop(k) for k in list(spent) if "writer thread" in k}
-    print(f"stages of one cold runlens command (wall {wall:.3f} s, the interpreter's "
-          "start and exit included):")
-    for stage, s in spent.items():
-        print(f"  {stage:42s} {s * 1e3:7.1f} ms")
-    rest = total - sum(v for k, v in spent.items()
-                       if not k.startswith(("imports", "cache: wait")))
-    print(f"  {'other (click, threads, gaps)':42s} {rest * 1e3:7.1f} ms")
-    for stage, s in background.items():
-        print(f"  {stage:42s} {s * 1e3:7.1f} ms (beside the command; what is left is the "
-              "wait at exit)")
+    print(f"stages of one cold runlens command (wall {wall:.3f} s, the interpreter's start "
+          "and exit included; per stage: wall ms, and CPU ms of the thread it ran in):")
+    for stage, (s, c) in spent.items():
+        print(f"  {stage:42s} {s * 1e3:7.1f} {c * 1e3:7.1f}")
+    rest = [total[i] - sum(v[i] for k, v in spent.items()
+                           if not k.startswith(("imports", "cache: wait"))) for i in (0, 1)]
+    print(f"  {'other (click, threads, gaps)':42s} {rest[0] * 1e3:7.1f} {rest[1] * 1e3:7.1f}")
+    for stage, (s, c) in background.items():
+        print(f"  {stage:42s} {s * 1e3:7.1f} {c * 1e3:7.1f} (beside the command: what is "
+              "left of it at exit is the wait)")
 
 
 def main() -> None:
