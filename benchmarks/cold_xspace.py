@@ -2,7 +2,7 @@
 `analyze scopes FILE --format json --min-micros 0` against xprof's `hlo_stats` conversion
 of the same file, each a fresh process, timed in the same round.
 
-    python benchmarks/cold_xspace.py [--rounds 3] [--file PATH] [--stages]
+    python benchmarks/cold_xspace.py [--rounds 3] [--file PATH] [--stages] [--before DIR]
 
 FILE: by default ../shared/data/gpu-jax/xf_long.tar.xz (the 500-step H200 transformer
 profile, 38 MB) unpacked into a temporary folder. Per round:
@@ -16,6 +16,9 @@ profile, 38 MB) unpacked into a temporary folder. Per round:
 Both: wall time (from the spawn to the exit) and peak RSS (wait4's ru_maxrss). The two
 take turns within a round; the report is each round, the ratio per round, and the median
 of the rounds.
+
+`--before DIR`: also, in each round, the same command with runlens imported from
+DIR/runlens (a checkout of another commit with its C extensions: "before").
 
 `--stages`: where runlens's cold time goes, in one extra process: the modules the command
 imports, imported first and timed, then the command with each stage's functions timed
@@ -55,6 +58,13 @@ def analyze_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "runlens.cli"]
 
 
+def before_command(tree: Path) -> list[str]:
+    """`analyze` with runlens imported from tree/runlens (before the editable install)."""
+    code = (f"import sys\nsys.path.insert(0, {str(tree)!r})\nsys.argv[0] = 'analyze'\n"
+            "from runlens.cli import main\nmain()\n")
+    return [sys.executable, "-c", code]
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
     """Wall seconds, peak RSS (KiB) and exit status of `cmd` in a child process."""
     t = time.perf_counter()
@@ -66,10 +76,12 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
     return wall, usage.ru_maxrss, child.returncode
 
 
-def run_runlens(path: Path, env: dict[str, str]) -> tuple[float, int]:
+def run_runlens(path: Path, env: dict[str, str], command: list[str] | None = None
+                ) -> tuple[float, int]:
     with tempfile.TemporaryDirectory(prefix="runlens-cache-") as cache:
-        wall, rss, rc = timed([*analyze_command(), "scopes", str(path), "--format", "json",
-                               "--min-micros", "0"], {**env, "RUNLENS_CACHE_DIR": cache})
+        wall, rss, rc = timed([*(command or analyze_command()), "scopes", str(path),
+                               "--format", "json", "--min-micros", "0"],
+                              {**env, "RUNLENS_CACHE_DIR": cache})
         if rc != 0:
             sys.exit(f"runlens exited {rc}")
         if not any(Path(cache).rglob("key.json")):
@@ -87,8 +99,8 @@ def run_xprof(path: Path, env: dict[str, str]) -> tuple[float, int]:
     return wall, rss
 
 
-def compile_bytecode(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT)], env=env,
+def compile_bytecode(env: dict[str, str], tree: Path) -> None:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], env=env,
                    stdout=subprocess.DEVNULL, check=False)
 
 
@@ -101,16 +113,23 @@ def unpacked(folder: str) -> Path:
     return found[0]
 
 
-def rounds(path: Path, n: int, env: dict[str, str]) -> list[dict[str, float]]:
+def rounds(path: Path, n: int, env: dict[str, str], before: Path | None
+           ) -> list[dict[str, float]]:
     out = []
     for i in range(n):
+        row: dict[str, float] = {}
+        if before is not None:
+            b_wall, b_rss = run_runlens(path, env, before_command(before))
+            row |= {"before_s": b_wall, "before_mib": b_rss / 1024}
         r_wall, r_rss = run_runlens(path, env)
         x_wall, x_rss = run_xprof(path, env)
-        row = {"runlens_s": r_wall, "runlens_mib": r_rss / 1024, "xprof_s": x_wall,
-               "xprof_mib": x_rss / 1024, "ratio": r_wall / x_wall}
+        row |= {"runlens_s": r_wall, "runlens_mib": r_rss / 1024, "xprof_s": x_wall,
+                "xprof_mib": x_rss / 1024, "ratio": r_wall / x_wall}
         out.append(row)
         print(f"round {i + 1}: runlens {r_wall:.3f} s {r_rss / 1024:.0f} MiB | xprof "
-              f"{x_wall:.3f} s {x_rss / 1024:.0f} MiB | ratio {row['ratio']:.3f}", flush=True)
+              f"{x_wall:.3f} s {x_rss / 1024:.0f} MiB | ratio {row['ratio']:.3f}"
+              + (f" | before {row['before_s']:.3f} s {row['before_mib']:.0f} MiB "
+                 f"(ratio {row['before_s'] / x_wall:.3f})" if before else ""), flush=True)
     return out
 
 
@@ -119,7 +138,9 @@ def report(rows: list[dict[str, float]]) -> None:
     print(f"median: runlens {med['runlens_s']:.3f} s {med['runlens_mib']:.0f} MiB | xprof "
           f"{med['xprof_s']:.3f} s {med['xprof_mib']:.0f} MiB | ratio of medians "
           f"{med['runlens_s'] / med['xprof_s']:.3f} | median of round ratios "
-          f"{med['ratio']:.3f} (target <= 0.25)")
+          f"{med['ratio']:.3f} (target <= 0.25)"
+          + (f" | before {med['before_s']:.3f} s {med['before_mib']:.0f} MiB"
+             if "before_s" in med else ""))
 
 
 # ------------------------------------------------------------------------------- stages
@@ -262,6 +283,8 @@ def main() -> None:
                     help="the .xplane.pb (default: xf_long.tar.xz unpacked in a temp folder)")
     ap.add_argument("--stages", action="store_true",
                     help="also where runlens's time goes, stage by stage")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a folder holding another checkout as runlens/ (built): also timed")
     ap.add_argument("--stages-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--modules", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -269,13 +292,15 @@ def main() -> None:
         stages_child(args.stages_child, [m for m in args.modules.split(",") if m])
         return
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    compile_bytecode(env)
+    compile_bytecode(env, ROOT)
+    if args.before:
+        compile_bytecode(env, args.before)
     with tempfile.TemporaryDirectory(prefix="cold-xspace-") as folder:
         path = args.file or unpacked(folder)
         print(json.dumps({**machine(), "xprof": _version("xprof"),
                           "file": str(path), "mb": round(path.stat().st_size / 1e6, 1),
                           "load_avg": os.getloadavg()}))
-        rows = rounds(path, args.rounds, env)
+        rows = rounds(path, args.rounds, env, args.before)
         report(rows)
         if args.stages:
             stages(path, env)
