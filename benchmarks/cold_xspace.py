@@ -237,8 +237,9 @@ def _patch(module: Any, name: str, make: Any) -> None:
             setattr(other, name, new)
 
 
-def modules_imported(path: Path, env: dict[str, str]) -> list[str]:
-    code = ("import sys\nfrom runlens.cli import main\n"
+def modules_imported(path: Path, env: dict[str, str], tree: Path | None) -> list[str]:
+    code = (f"import sys\nsys.path[:0] = {[str(tree)] if tree else []!r}\n"
+            "from runlens.cli import main\n"
             f"sys.argv = ['analyze', 'scopes', {str(path)!r}, '--format', 'json', "
             "'--min-micros', '0']\n"
             "try:\n    main(standalone_mode=False)\nexcept SystemExit:\n    pass\n"
@@ -251,12 +252,14 @@ def modules_imported(path: Path, env: dict[str, str]) -> list[str]:
     return [m for m in line.split()[1:] if m not in ("__main__", "sys", "builtins")]
 
 
-def stages(path: Path, env: dict[str, str]) -> None:
-    modules = modules_imported(path, env)
+def stages(path: Path, env: dict[str, str], tree: Path | None = None) -> None:
+    """The stages of this checkout's command, or (`tree`) of the one in tree/runlens."""
+    modules = modules_imported(path, env, tree)
     with tempfile.TemporaryDirectory() as cache_dir:
         t = time.perf_counter()
         done = subprocess.run([sys.executable, __file__, "--stages-child", str(path),
-                               "--modules", ",".join(modules)], capture_output=True,
+                               "--modules", ",".join(modules),
+                               *(["--tree", str(tree)] if tree else [])], capture_output=True,
                               text=True, env={**env, "RUNLENS_CACHE_DIR": cache_dir},
                               check=True)
         wall = time.perf_counter() - t
@@ -264,7 +267,8 @@ def stages(path: Path, env: dict[str, str]) -> None:
     spent = json.loads(line[len("STAGES "):])
     total = spent.pop("(total in the command, before the wait)")
     background = {k: spent.pop(k) for k in list(spent) if "writer thread" in k}
-    print(f"stages of one cold runlens command (wall {wall:.3f} s, the interpreter's start "
+    print(f"stages of one cold runlens command{f' of {tree}' if tree else ''} "
+          f"(wall {wall:.3f} s, the interpreter's start "
           "and exit included; per stage: wall ms, and CPU ms of the thread it ran in):")
     for stage, (s, c) in spent.items():
         print(f"  {stage:42s} {s * 1e3:7.1f} {c * 1e3:7.1f}")
@@ -287,8 +291,11 @@ def main() -> None:
                     help="a folder holding another checkout as runlens/ (built): also timed")
     ap.add_argument("--stages-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--modules", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stages_child:
+        if args.tree:
+            sys.path.insert(0, str(args.tree))
         stages_child(args.stages_child, [m for m in args.modules.split(",") if m])
         return
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -304,6 +311,8 @@ def main() -> None:
         report(rows)
         if args.stages:
             stages(path, env)
+            if args.before:
+                stages(path, env, args.before)
         print(f"load average after: {os.getloadavg()}")
 
 
