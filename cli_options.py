@@ -44,6 +44,24 @@ def one_line(text: str) -> str:
     return " | ".join(line.strip() for line in shown(text).splitlines() if line.strip())
 
 
+_AT_EXIT: list[bool] = []
+
+
+def _no_collection_at_exit() -> None:
+    """The process exits without the interpreter's last garbage collections: what the
+    command made (frames, HLO, views: cyclic or not) is freed by the exit, not traversed
+    first (~100 ms of a cold `analyze scopes` of a 38 MB profile). `gc.freeze` at exit
+    runs after threading's exit hooks (the cache writer is joined: its files are whole)
+    and before the modules are torn down; a file or lock still held is released by the
+    exit itself, as after a kill."""
+    if not _AT_EXIT:
+        import atexit
+        import gc
+
+        atexit.register(gc.freeze)
+        _AT_EXIT.append(True)
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn engine errors into one line on stderr and an exit code; never a traceback
     (unless RUNLENS_DEBUG is set). Errors of native libraries that derive from
@@ -54,6 +72,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from .analyzer.errors import RunlensError
 
         _printable_stdout()
+        _no_collection_at_exit()
         try:
             return fn(*args, **kwargs)
         except RunlensError as e:
