@@ -100,6 +100,7 @@ class Background:
 
     def _in_order(self, pending: deque[Future[R]], fn: Callable[[T], R], it: Iterator[T]
                   ) -> Iterator[R]:
+        """`ahead`'s results, each next item submitted as one is taken."""
         while pending:
             result = pending.popleft().result()
             for item in itertools.islice(it, 1):

@@ -40,8 +40,9 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
 def _begin(planes: list[Plane], jobs: int) -> None:
     """Start decoding the first planes' lines (as many planes as `jobs`, host and GPU) in
     threads while the metadata plane's HLO is read: on the 500-step H200 profile the
-    GPU plane's one 21 MB line took 60-80 ms of decoding that the reader then waited
-    for. (More planes at once would hold more decoded columns at once.)"""
+    GPU plane's one 21 MB line is ~40 ms of decoding (more on a busy machine) that the
+    reader waited for after the HLO. (More planes at once would hold more decoded columns
+    at once.)"""
     begun = 0
     for plane in planes:
         if begun >= jobs:
