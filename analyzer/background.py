@@ -90,11 +90,17 @@ class Background:
 
     def ahead(self, fn: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[R]:
         """fn over items, results in order, the next `depth` computed in threads while the
-        caller works on one: at most `depth + 1` results exist at once."""
+        caller works on one: at most `depth + 1` results exist at once. The first `depth`
+        are submitted at this call, not when the first result is asked for."""
         pending: deque[Future[R]] = deque()
         it = iter(items)
         for item in itertools.islice(it, max(depth, 1)):
             pending.append(self.submit(fn, item))
+        return self._in_order(pending, fn, it)
+
+    def _in_order(self, pending: deque[Future[R]], fn: Callable[[T], R], it: Iterator[T]
+                  ) -> Iterator[R]:
+        """`ahead`'s results, each next item submitted as one is taken."""
         while pending:
             result = pending.popleft().result()
             for item in itertools.islice(it, 1):

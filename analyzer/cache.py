@@ -98,9 +98,11 @@ def code_files() -> list[Path]:
     """The files whose code could decide what the cache holds: every module of analyzer/
     and its packages (a new package is covered without a change here), its C sources (and
     their #included parts) and built modules."""
-    return sorted(p for p in Path(__file__).parent.rglob("*")  # one walk, not four rglobs
-                  if "__pycache__" not in p.parts and (p.suffix in (".py", ".c", ".h") or (
-                      p.name.startswith("_") and p.suffix == ".so")))
+    found = []
+    for folder, subs, names in os.walk(Path(__file__).parent):  # (4 rglobs took ~8 ms)
+        subs[:] = [d for d in subs if d != "__pycache__"]
+        found += [Path(folder, n) for n in names if n.endswith((".py", ".c", ".h", ".so"))]
+    return sorted(p for p in found if p.suffix != ".so" or p.name[0] == "_")
 
 
 def fingerprint_files(root: str | os.PathLike[str], worker: str,

@@ -29,7 +29,12 @@ STEP_THREADS = ("tf_data_iterator_get_next",)
 
 def outside(run: Run) -> pl.Series:
     """Per row of run.executions: whether it began outside its step's marker or ran on
-    a tf.data background thread (steps spanned by markers only)."""
+    a tf.data background thread (steps spanned by markers only). Once per Run (the
+    per-node numbers and the view's note both ask: ~20 ms each on 176k executions)."""
+    return products.memoised(run, "outside", lambda: _outside(run))
+
+
+def _outside(run: Run) -> pl.Series:
     spans = run.step_spans.filter(pl.col("kind") == "marker")
     if not spans.height or not run.executions.height:
         return pl.repeat(False, run.executions.height, dtype=pl.Boolean, eager=True).alias(

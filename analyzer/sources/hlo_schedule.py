@@ -103,10 +103,9 @@ def launch_order(module: hlo_pb2.HloModuleProto) -> Launches:
     comps = {c.id: c for c in module.computations}
     by_id = {i.id: i for c in module.computations for i in c.instructions}
     out = Launches()
-    for c in module.computations:
-        for inst in c.instructions:
-            out.known_kernels.add(kernel_name(inst.name))
-            out.known_bases.add(base_name(kernel_name(inst.name)))
+    out.known_kernels = {kernel_name(i.name) for c in module.computations
+                         for i in c.instructions}
+    out.known_bases = {base_name(k) for k in out.known_kernels}
     entry = module.entry_computation_id or next(
         (c.id for c in module.computations if c.name == module.entry_computation_name), 0)
     seen: set[int] = set()

@@ -145,14 +145,19 @@ def _buffers(ev: Events, module: Module, rows: np.ndarray, target: np.ndarray,
         # No launch between its neighbours: the module's next run began in between.
         window = [(lo, m), (0, hi)] if hi <= lo else [(lo, hi)]
         kernels = ev.kernel[rows[group]]
-        codes, counts = np.unique(kernels, return_counts=True)
-        window = _within_computation(window, dict(zip([ev.kernels[k] for k in codes.tolist()],
-                                                      counts.tolist(), strict=True)), module)
-        key = (module.program, tuple(window), kernels.tobytes())
-        got = cache.get(key)
+        # (a step's launch is its previous step's again: its narrowed window too)
+        seen = ("seen", module.program, tuple(window), kernels.tobytes())
+        got = cache.get(seen)
         if got is None:
-            got = cache[key] = _targets([ev.kernels[k] for k in kernels.tolist()], module,
-                                        window, target_of)
+            codes, counts = np.unique(kernels, return_counts=True)
+            window = _within_computation(window, dict(zip(
+                [ev.kernels[k] for k in codes.tolist()], counts.tolist(), strict=True)), module)
+            key = (module.program, tuple(window), kernels.tobytes())
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = _targets([ev.kernels[k] for k in kernels.tolist()], module,
+                                            window, target_of)
+            cache[seen] = got
         target[rows[group]], how[rows[group]] = got
 
 

@@ -159,6 +159,8 @@ def _hlo_frames(ops: dict[tuple[int, str], HloOp]) -> tuple[pl.DataFrame, pl.Dat
     nodes: dict[str, tuple[str, str | None, int | None]] = {}
     code: dict[str, list] = {k: [] for k in schema.CODE_SCHEMA}
     for op in ops.values():
+        if not op.shares and op.op_name in nodes:  # most: an op's other instructions
+            continue
         loop = (op.loop or None, op.loop_trips if op.loop else None)
         # A shared collective's every share is a node (xplane_collectives).
         for name, op_type in [(op.op_name, op.op_type), *[s[:2] for s in op.shares]]:

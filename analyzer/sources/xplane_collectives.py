@@ -103,9 +103,9 @@ def enclosing(ops: Ops) -> tuple[np.ndarray, np.ndarray]:
     """(wait rows, the collective row each is nested in: same thread, within its span;
     -1 where none) over the concatenated columns of `ops`."""
     name = np.concatenate(ops.name).astype(np.int64) if ops.name else np.zeros(0, np.int64)
-    types = np.array([t for _, t in ops.names] or [""], dtype=object)[name]
-    waits = np.flatnonzero(types == WAIT_TYPE)
-    coll = np.flatnonzero(np.isin(types, sorted(KINDS)))
+    types = [t for _, t in ops.names] or [""]  # per name: decided once, gathered per row
+    waits = np.flatnonzero(np.array([t == WAIT_TYPE for t in types], bool)[name])
+    coll = np.flatnonzero(np.array([t in KINDS for t in types], bool)[name])
     outer = np.full(len(waits), -1, np.int64)
     if not len(waits) or not len(coll):
         return waits, outer

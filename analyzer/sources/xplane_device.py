@@ -66,12 +66,17 @@ def _int_stat(line: Any, stat: int | None, n: int) -> np.ndarray:
     return np.where((v == ABSENT) | (v == OTHER), -1, v)
 
 
+def gpu_wanted(plane: Plane) -> tuple[int, ...]:
+    """The stats `read_gpu` decodes of a GPU plane's events."""
+    return _wanted(plane, "level 0", "tf_op", "annotation", "group_id", "hlo_op",
+                   "program_id", "correlation_id", "hlo_module")
+
+
 def read_gpu(plane: Plane, device: str, ops: Any, extra: Any, jobs: int,
              programs: Programs) -> None:
     get = plane.stat_ids.get
     attr = [get("level 0"), get("tf_op"), get("annotation")]
-    wanted = _wanted(plane, "level 0", "tf_op", "annotation", "group_id", "hlo_op",
-                     "program_id", "correlation_id", "hlo_module")
+    wanted = gpu_wanted(plane)
     lane_name = f"{device}/stream:all"
     lane = ops.lane_id(lane_name)
     mids = np.array(sorted(plane.meta.event_metadata), np.int64)

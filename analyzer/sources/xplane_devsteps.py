@@ -31,40 +31,57 @@ def device_of(lane: str) -> str:
     return lane.lower().split("/stream:")[0].split("/memcpy")[0]
 
 
+_HOW = np.array(["window", "launch", "group"], dtype=object)
+
+
 def device_steps(lanes: list[str], lane: np.ndarray, step: np.ndarray, start: np.ndarray,
                  dur: np.ndarray, in_step: np.ndarray, how: np.ndarray) -> pl.DataFrame:
-    """One row per (device, step) with work; `in_step` False: the event is in no step
-    (null step); `how` per event: 0 window, 1 launch, 2 group."""
-    names = np.array([device_of(x) for x in lanes] or [""], dtype=object)
-    events = pl.DataFrame({
-        "device": pl.Series(names[lane] if len(lane) else [], dtype=pl.String),
-        "step": step.astype(np.int64),
-        "start": start.astype(np.int64), "end": (start + dur).astype(np.int64),
-        "in_step": in_step, "how": how.astype(np.int64),
-    }).with_columns(step=pl.when("in_step").then("step"))
-    by = ["device", "step"]
-    ordered = events.sort(*by, "start", nulls_last=True)
-    blocks = (
-        ordered.with_columns(reach=pl.col("end").cum_max().shift(1).over(by))
-        .with_columns(block=(pl.col("reach").is_null() | (pl.col("start") > pl.col("reach")))
-                      .cum_sum().over(by))
-        .group_by(*by, "block").agg(b=pl.col("start").min(), e=pl.col("end").max())
-        .group_by(by).agg(busy=(pl.col("e") - pl.col("b")).sum())
-    )
-    out = (
-        events.group_by(by)
-        .agg(start=pl.col("start").min(), end=pl.col("end").max(), events=pl.len(),
-             how=pl.col("how").max())
-        .join(blocks, on=by, how="left", nulls_equal=True)
-        .select("device", "step", modules=pl.lit(None, pl.Int64),
-                start_ns=pl.col("start") // 1000,
-                end_ns=pl.col("end") // 1000, busy_ns=pl.col("busy") // 1000,
-                events="events",
-                how=pl.col("how").replace_strict({0: "window", 1: "launch", 2: "group"},
-                                                 return_dtype=pl.String))
-        .sort(by, nulls_last=True)
-    )
-    return out.cast(schema.DEVICE_STEP_SCHEMA).select(list(schema.DEVICE_STEP_SCHEMA))  # type: ignore[arg-type]
+    """One row per (device, step) with work, sorted by both (null steps last); `in_step`
+    False: the event is in no step (null step); `how` per event: 0 window, 1 launch, 2
+    group. In numpy on the events sorted once (polars' sort and windows took 4x longer)."""
+    n = len(lane)
+    if not n:
+        return pl.DataFrame(schema=schema.DEVICE_STEP_SCHEMA)
+    devices = sorted({device_of(x) for x in lanes})
+    rank = {d: i for i, d in enumerate(devices)}
+    null = ~in_step.astype(bool)
+    dev = np.array([rank[device_of(x)] for x in lanes], np.int64)[lane]
+    step = np.where(null, 0, step.astype(np.int64))
+    order = np.lexsort((start, step, null, dev))
+    dev, null, step = dev[order], null[order], step[order]
+    start = start.astype(np.int64)[order]
+    end = start + dur.astype(np.int64)[order]
+    first = np.ones(n, bool)  # a (device, step)'s first event
+    first[1:] = (dev[1:] != dev[:-1]) | (null[1:] != null[:-1]) | (step[1:] != step[:-1])
+    reach = _reach(first, start, end)
+    block = first.copy()  # a run of overlapping events (busy without double counting)
+    block[1:] |= start[1:] > reach[:-1]
+    firsts, blocks = np.flatnonzero(first), np.flatnonzero(block)
+    per_block = reach[np.append(blocks[1:], n) - 1] - start[blocks]
+    return pl.DataFrame({
+        "device": pl.Series([devices[i] for i in dev[firsts].tolist()], dtype=pl.String),
+        "step": pl.Series(step[firsts]).set(pl.Series(null[firsts]), None),
+        "start_ns": start[firsts] // 1000,
+        "end_ns": np.maximum.reduceat(end, firsts) // 1000,
+        "busy_ns": np.add.reduceat(per_block, np.searchsorted(blocks, firsts)) // 1000,
+        "events": np.diff(np.append(firsts, n)),
+        "how": _HOW[np.maximum.reduceat(how.astype(np.int64)[order], firsts)].tolist(),
+        "modules": pl.Series([None] * len(firsts), dtype=pl.Int64),
+    }).cast(schema.DEVICE_STEP_SCHEMA)  # type: ignore[arg-type]
+
+
+def _reach(first: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The latest end so far within each group (groups start where `first`; events by
+    start): one cumulative max over all, each group shifted above the ones before."""
+    group = np.cumsum(first) - 1
+    low = start[first][group]
+    span = int((end - low).max()) + 1
+    if int(group[-1] + 1) * span < 2**62:
+        shift = group * span
+        return np.maximum.accumulate(end - low + shift) - shift + low
+    bounds = np.append(np.flatnonzero(first), len(first))
+    return np.concatenate([np.maximum.accumulate(end[a:b])
+                           for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
 
 
 def of_events(ops: Any, extra: Any, lane: np.ndarray, step: np.ndarray,

@@ -6,9 +6,9 @@ imports the other."""
 from __future__ import annotations
 
 from .xplane_collectives import split_shares, wait_lanes
-from .xplane_device import read_gpu, read_tpu
+from .xplane_device import gpu_wanted, read_gpu, read_tpu
 from .xplane_hlo import Programs, read_programs
-from .xplane_read import _DEVICE_PLANE, Extra, Ops, _read_host
+from .xplane_read import _DEVICE_PLANE, Extra, Ops, _read_host, host_batches
 from .xplane_wire import Plane
 
 
@@ -16,6 +16,8 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
     """The op executions and markers/memory of every plane (`jobs` lines decoded at once)."""
     programs = Programs({}, {}, {}, [])
     ops, extra = Ops(), Extra(programs=programs)
+    if any(plane.name == "/host:metadata" for plane in planes):
+        _begin(planes, jobs)
     for plane in planes:
         if plane.name == "/host:metadata":
             found = read_programs(plane.meta)
@@ -33,3 +35,20 @@ def read_planes(planes: list[Plane], jobs: int = 2) -> tuple[Ops, Extra]:
     wait_lanes(ops)  # a replica's wait on its collective's lane (device)
     split_shares(ops)  # a combined collective's executions: one per scope it served
     return ops, extra
+
+
+def _begin(planes: list[Plane], jobs: int) -> None:
+    """Start decoding the first planes' lines (as many planes as `jobs`, host and GPU) in
+    threads while the metadata plane's HLO is read: on the 500-step H200 profile the
+    GPU plane's one 21 MB line is ~40 ms of decoding (more on a busy machine) that the
+    reader waited for after the HLO. (More planes at once would hold more decoded columns
+    at once.)"""
+    begun = 0
+    for plane in planes:
+        if begun >= jobs:
+            return
+        if plane.name.startswith("/host:") and plane.name != "/host:metadata":
+            wanted, keep = host_batches(plane)
+            begun += plane.begin(wanted, jobs, keep)
+        elif (m := _DEVICE_PLANE.match(plane.name)) and m.group(1) == "GPU":
+            begun += plane.begin(gpu_wanted(plane), jobs)

@@ -199,6 +199,20 @@ def _groups(line: Line | Lines, group_stat: int | None, index: np.ndarray) -> np
     return np.where((g == ABSENT) | (g == OTHER), -1, g)
 
 
+def host_batches(plane: Plane, kinds: dict[int, tuple[int, str, str]] | None = None
+                 ) -> tuple[tuple[int, ...], set[int] | None]:
+    """What `_read_host` decodes of a host plane: the stats it reads, and the events it
+    keeps (None: all). Only op, marker and memory events are read (JAX thunks are "other"
+    events with an hlo_op stat, launches carry a run_id or correlation_id: then all)."""
+    if kinds is None:
+        kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
+    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
+                     "allocation_bytes", "requested_bytes", "allocator_name", "name",
+                     *xplane_links.HOST_STATS)
+    every = plane.stat_ids.get("hlo_op") is not None or xplane_links.launches_on(plane)
+    return wanted, None if every else {i for i, k in kinds.items() if k[0] != _OTHER}
+
+
 def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], HloOp],
                jobs: int) -> None:
     kinds = {mid: parse_op_name(m.name) for mid, m in plane.meta.event_metadata.items()}
@@ -212,14 +226,8 @@ def _read_host(plane: Plane, ops: Ops, extra: Extra, hlo: dict[tuple[int, str], 
     lane = ops.lane_id(HOST_LANE)
     signs = np.array([_MEMORY_EVENTS.get(plane.meta.event_metadata[i].name, 0)
                       for i in ids], dtype=np.int64)
-    wanted = _wanted(plane, "hlo_op", "program_id", "group_id", "step_num",
-                     "allocation_bytes", "requested_bytes", "allocator_name", "name",
-                     *xplane_links.HOST_STATS)
+    wanted, keep = host_batches(plane, kinds)
     waits = rendezvous_ids(plane)
-    # Only op, marker and memory events are read (JAX thunks are "other" events with an
-    # hlo_op stat, launches carry a run_id or correlation_id: then all).
-    every = hlo_stat is not None or xplane_links.launches_on(plane)
-    keep = None if every else {i for i, k in kinds.items() if k[0] != _OTHER}
     # Lines in batches (xplane_wire.Lines: their events as one set of columns); an
     # event's thread is its line's number in the plane.
     for line in plane.batches(wanted, jobs, keep):

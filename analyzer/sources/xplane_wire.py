@@ -180,6 +180,19 @@ class Plane:
         self._mapped = mapped
         self.stat_names = {k: v.name for k, v in meta.stat_metadata.items()}
         self.stat_ids = {v: k for k, v in self.stat_names.items()}
+        self._begun: dict[tuple, Iterator[Lines]] = {}  # decoding started by `begin`
+
+    def begin(self, wanted: tuple[int, ...], jobs: int = 2,
+              keep: set[int] | None = None) -> bool:
+        """Start decoding the first `jobs` batches now, in threads (natively), for a
+        `batches` call with the same arguments later: the caller's work meanwhile (the
+        HLO of the metadata plane: Python holding the GIL) overlaps the decoder's.
+        Whether it started (natively, a plane with lines)."""
+        key = (wanted, jobs, None if keep is None else frozenset(keep))
+        if self._buf is None or not self._lines or key in self._begun:
+            return False
+        self._begun[key] = self._native(wanted, jobs, keep)
+        return True
 
     def lines(self, wanted: tuple[int, ...], jobs: int = 2,
               keep: set[int] | None = None) -> Iterator[Line]:
@@ -198,9 +211,20 @@ class Plane:
             for a in range(0, len(self._lines), BATCH_LINES):
                 yield _columns_of(self._lines[a: a + BATCH_LINES], a, wanted)
             return
+        key = (wanted, jobs, None if keep is None else frozenset(keep))
+        yield from self._begun.pop(key, None) or self._native(wanted, jobs, keep)
+
+    def _native(self, wanted: tuple[int, ...], jobs: int, keep: set[int] | None
+                ) -> Iterator[Lines]:
+        """The decoded batches in order; the first `jobs` are submitted at this call."""
         decode = functools.partial(self._decode, wanted=wanted, bits=_bitmap(keep))
-        with Background(jobs, "runlens-xplane") as pool:
-            yield from pool.ahead(decode, _spans_in_batches(self._lines), jobs)
+        pool = Background(jobs, "runlens-xplane")
+        results = pool.ahead(decode, _spans_in_batches(self._lines), jobs)
+
+        def closing() -> Iterator[Lines]:
+            with pool:
+                yield from results
+        return closing()
 
     def _decode(self, batch: tuple[int, np.ndarray], wanted: tuple[int, ...],
                 bits: bytes | None) -> Lines:
