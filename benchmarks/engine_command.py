@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.engine_measure import _rss_kib, _tree
+from benchmarks.engine_measure import TreePeak
 from benchmarks.machine import ROOT, cpu_busy_seconds
 
 VIEW = "ops"
@@ -61,15 +61,6 @@ def time_command(cmd: list[str], cache_dir: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    peak = [0]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.02):
-            peak[0] = max(peak[0], sum(_rss_kib(p) for p in _tree(proc.pid)))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     out = [b"", b""]
 
     def drain(i: int, stream: Any) -> None:
@@ -77,14 +68,14 @@ def time_command(cmd: list[str], cache_dir: Path) -> dict[str, Any]:
 
     readers = [threading.Thread(target=drain, args=(i, s), daemon=True)
                for i, s in enumerate((proc.stdout, proc.stderr))]
-    for r in readers:
-        r.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    done.set()
+    with TreePeak(proc.pid, 0.02) as sampled:
+        for r in readers:
+            r.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
     for r in readers:
         r.join()
-    sampler.join()
+    peak = [sampled.peak_kib]
     proc.returncode = os.waitstatus_to_exitcode(status)
     busy1 = cpu_busy_seconds()
     cpu = usage.ru_utime + usage.ru_stime

@@ -30,6 +30,28 @@ def _rss_kib(pid: int) -> int:
         return 0
 
 
+class TreePeak:
+    """The peak of a process tree's summed RSS (KiB), sampled every `every` seconds while
+    the `with` block runs: a pool's or a thread's memory counts with its parent's."""
+
+    def __init__(self, pid: int, every: float) -> None:
+        self.pid, self.every, self.peak_kib = pid, every, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.every):
+            self.peak_kib = max(self.peak_kib, sum(_rss_kib(p) for p in _tree(self.pid)))
+
+    def __enter__(self) -> TreePeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def _tree(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -56,21 +78,10 @@ def run_child(args: list[str], timeout: float | None = None) -> dict[str, Any]:
     cmd = [sys.executable, str(ENGINE), *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    peak = [0]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.05):
-            peak[0] = max(peak[0], sum(_rss_kib(p) for p in _tree(proc.pid)))
-
-    sampler = threading.Thread(target=sample, daemon=True)
     busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
-    sampler.start()
-    try:
+    with TreePeak(proc.pid, 0.05) as sampled:
         stdout, stderr = proc.communicate(timeout=timeout)
-    finally:
-        done.set()
-        sampler.join()
+    peak = [sampled.peak_kib]
     busy1, own1, wall1 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
     result: dict[str, Any] = {}
     for line in stdout.splitlines():
