@@ -12,7 +12,7 @@ import pytest
 from runlens.analyzer import load
 
 from .conftest import run_cli
-from .test_engines import BERT, bad_fleet, fleet, tf1_workers
+from .test_engines import BERT, ROOT, bad_fleet, fleet, tf1_workers
 
 JSON = ["--format", "json"]
 # Each case: the view and its options (steps, workers, step -1 or one step, tfprof's
@@ -63,6 +63,21 @@ def test_gpu_hosts_views_are_the_runs_own(tmp_path, monkeypatch, args):
 def test_tf1_worker_dirs_views_are_the_runs_own(tmp_path, monkeypatch, args):
     """TF1 run dirs, one per worker: tfprof's rules (whole microseconds), memory."""
     _same_as_sequential(tf1_workers(tmp_path, 3), args, monkeypatch)
+
+
+WORKERS = ROOT / "fixtures" / "workers"
+
+
+@pytest.mark.parametrize(("job", "extra"), [
+    ("jax_balanced", []), ("jax_slow", []), ("tf_slow", []),
+    ("two_programs", ["--workers"]),  # two programs read as one job: nodes of one worker
+], ids=["jax_balanced", "jax_slow", "tf_slow", "two_programs"])
+@pytest.mark.parametrize("view", ["ops", "scopes"])
+def test_real_multi_process_jobs_views_are_the_runs_own(monkeypatch, job, extra, view):
+    """Captured multi-process jobs (JAX jax.distributed, TF2 MultiWorkerMirroredStrategy;
+    fixtures/generate_workers.py), each worker's own profile: the hosts differ (times,
+    one slow worker, other programs), so the fold sums different rows."""
+    _same_as_sequential(WORKERS / job, [view, *JSON, *extra], monkeypatch)
 
 
 def test_a_choice_no_host_has_is_one_error(tmp_path, monkeypatch):
