@@ -24,6 +24,7 @@ def summary_text(s: dict) -> str:
         "devices    (each its own: medians over the steps it worked in; device step: "
         "first to last event of its work in the step)",
         *_device_table(s["devices"]),
+        *_device_notes(s["devices"], _step_median(s)),
     ]
     lines.append(
         f"step time  median {fmt_us(t['median'])}  mean {fmt_us(t['mean'])}  "
@@ -97,10 +98,12 @@ def summary_json(s: dict) -> str:
 
 
 def _device_table(devices: list[dict]) -> list[str]:
-    """The (worker, device) table: a device that worked in none of the steps says so."""
+    """The (worker, device) table, the devices that worked first (then, in the same
+    order, those that worked in none of the steps, which say so); the worker column only
+    when there are several (the `workers` line names the one)."""
     rows = [("worker", "device", "node stats", "nodes", "device step", "busy", "idle",
              "collectives", "wait")]
-    for d in devices:
+    for d in sorted(devices, key=lambda d: (d["worker"], not d.get("steps_with_work"))):
         counts = (d["worker"], d["device"], f"{d['node_stats']:,}", f"{d['nodes']:,}")
         if not d.get("steps_with_work"):
             rows.append((*counts, "no work in this step" if d.get("steps") == 1 else
@@ -110,13 +113,43 @@ def _device_table(devices: list[dict]) -> list[str]:
         rows.append((*counts, fmt_us(d["device_step_us"]), fmt_us(d["busy_us"]),
                      _share(idle), fmt_us(d["collective_us"]),
                      fmt_us(d["collective_wait_us"])))
+    if len({d["worker"] for d in devices}) == 1:
+        rows = [r[1:] for r in rows]
+    left = 1 if len(rows[0]) == 8 else 2  # the name columns
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:
-        cells = [c.ljust(w) if i < 2 or c.startswith("no work") else c.rjust(w)
+        cells = [c.ljust(w) if i < left or c.startswith("no work") else c.rjust(w)
                  for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         out.append(("  " + "  ".join(cells)).rstrip())
     return out
+
+
+def _step_median(s: dict) -> float | None:
+    """The step time the devices' own steps are read against: the device step's median
+    where there is one (accelerator profiles), else the step time's."""
+    return (s.get("device_step_time_us") or s["step_time_us"]).get("median") or None
+
+
+def _device_notes(devices: list[dict], step_us: float | None) -> list[str]:
+    """What a row of the table cannot say: a device whose events of a step lie far apart
+    (its own step several times the step time: its idle share is of that span), and a
+    device whose events all lie outside the steps."""
+    notes = []
+    for d in devices:
+        where = d["device"] if len({x["worker"] for x in devices}) == 1 \
+            else f"{d['device']} on {d['worker']}"
+        span = d.get("device_step_us")
+        if d.get("steps_with_work") and step_us and span and span > 2 * step_us:
+            notes.append(
+                f"           {where}: its work in a step spans {fmt_us(span)}, "
+                f"{span / step_us:.0f}x the step's {fmt_us(step_us)} (busy "
+                f"{fmt_us(d['busy_us'])}): the step's events on it lie in parts far apart "
+                "(`analyze timeline` shows the gap)")
+        elif not d.get("steps_with_work") and d["node_stats"]:
+            notes.append(f"           {where}: its {d['node_stats']:,} node stats lie "
+                         "outside the steps")
+    return notes
 
 
 def _share(x: float | None) -> str:
