@@ -405,3 +405,25 @@ def test_device_events_are_in_the_steps_xprof_groups_them_in(name: str):
     else:
         assert len(differ) == 16 and {k for k, _, _ in differ} == {"MemcpyH2D"}
         assert all(x == (s - 1 if s else None) for _, s, x in differ)
+
+
+@NEEDS_BERT
+def test_bert_summary_text_reads_the_working_devices_first():
+    """What a user reads first: the devices that worked (host, gpu:4, gpu:6) before the
+    six without work; one worker, so no worker column; under the table, the host's step
+    that spans 31x the step time (its events launched gpu:4's and gpu:6's work 650 ms
+    apart) and gpu:1's events outside the steps, with the JSON's own numbers."""
+    s = _summary(BERT)["summary"]
+    devices = {d["device"]: d for d in s["devices"]}
+    text = run_cli(["summary", str(BERT)]).output.splitlines()
+    header = next(i for i, line in enumerate(text) if line.split()[:2] == ["device", "node"])
+    rows = [line.split()[0] for line in text[header + 1:header + 10]]
+    assert rows[:3] == ["/device:cpu:0", "/device:gpu:4", "/device:gpu:6"]
+    assert sorted(rows[3:]) == [f"/device:gpu:{i}" for i in (0, 1, 2, 3, 5, 7)]
+    assert s["workers"][0] not in "\n".join(text[header:header + 10])
+    host, step = devices["/device:cpu:0"], s["device_step_time_us"]["median"]
+    ratio = round(host["device_step_us"] / step)
+    assert ratio > 2  # the note's condition
+    note = next(line for line in text if "/device:cpu:0: its work in a step spans" in line)
+    assert f"{ratio}x the step's" in note
+    assert "/device:gpu:1: its 19 node stats lie outside the steps" in "\n".join(text)
