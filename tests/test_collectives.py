@@ -43,6 +43,27 @@ def _text(stat: xplane_pb2.XStat, names: dict[int, str]) -> str:
     return stat.str_value or names.get(stat.ref_value, "")
 
 
+def _host_events(space: xplane_pb2.XSpace) -> tuple[dict, list[tuple[str, int, int, dict]]]:
+    """The host plane's stat names, and its events: (name, start ps, duration ps, stats
+    by name)."""
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    names = {k: v.name for k, v in host.stat_metadata.items()}
+    return names, [(host.event_metadata[e.metadata_id].name,
+                    line.timestamp_ns * 1000 + e.offset_ps, e.duration_ps,
+                    {names[s.metadata_id]: s for s in e.stats})
+                   for line in host.lines for e in line.events]
+
+
+def _marker_steps(events: list[tuple[str, int, int, dict]], times: list[int]) -> list[int]:
+    """The step of each time: the `train` marker's begun last before it (the first's for
+    a time before every marker)."""
+    markers = sorted((start, stats["step_num"].int64_value)
+                     for name, start, _, stats in events if name == "train")
+    begins = np.array([m[0] for m in markers])
+    return [markers[max(int(np.searchsorted(begins, t, side="right")) - 1, 0)][1]
+            for t in times]
+
+
 def raw_per_step(path: Path) -> pl.DataFrame:
     """Per step (the `train` marker begun last before the event): the all-reduce thunks'
     time (their whole duration, the Rendezvous inside included) and the Rendezvous
@@ -50,24 +71,14 @@ def raw_per_step(path: Path) -> pl.DataFrame:
     space = xplane_pb2.XSpace.FromString(path.read_bytes())
     reduces = {i.name for m in _modules(space) for c in m.computations
                for i in c.instructions if i.opcode == "all-reduce"}
-    host = next(p for p in space.planes if p.name == "/host:CPU")
-    names = {k: v.name for k, v in host.stat_metadata.items()}
-    markers, rows = [], []
-    for line in host.lines:
-        for e in line.events:
-            name = host.event_metadata[e.metadata_id].name
-            start = line.timestamp_ns * 1000 + e.offset_ps
-            stats = {names[s.metadata_id]: s for s in e.stats}
-            if name == "train":
-                markers.append((start, stats["step_num"].int64_value))
-            elif name == "Rendezvous" and "RendezvousKey" in _text(stats["name"], names):
-                rows.append((start, 0, e.duration_ps))
-            elif "hlo_op" in stats and _text(stats["hlo_op"], names) in reduces:
-                rows.append((start, e.duration_ps, 0))
-    markers.sort()
-    begins = np.array([m[0] for m in markers])
-    step = [markers[max(int(np.searchsorted(begins, t, side="right")) - 1, 0)][1]
-            for t, _, _ in rows]
+    names, events = _host_events(space)
+    rows = []
+    for name, start, duration, stats in events:
+        if name == "Rendezvous" and "RendezvousKey" in _text(stats["name"], names):
+            rows.append((start, 0, duration))
+        elif "hlo_op" in stats and _text(stats["hlo_op"], names) in reduces:
+            rows.append((start, duration, 0))
+    step = _marker_steps(events, [t for t, _, _ in rows])
     return (pl.DataFrame({"step": step, "reduce_ps": [r[1] for r in rows],
                           "wait_ps": [r[2] for r in rows]})
             .group_by("step").agg(raw_us=pl.col("reduce_ps").sum() / 1e6,
@@ -176,24 +187,11 @@ def test_xprof_reports_no_op_of_these_profiles() -> None:
 
 def _tf_collectives(path: Path) -> list[tuple[int, int, int]]:
     """(step, start_ps, duration_ps) of a TF2 worker's CollectiveReduceV2 events."""
-    space = xplane_pb2.XSpace.FromString(path.read_bytes())
-    host = next(p for p in space.planes if p.name == "/host:CPU")
-    names = {k: v.name for k, v in host.stat_metadata.items()}
-    markers, found = [], []
-    for line in host.lines:
-        for e in line.events:
-            name = host.event_metadata[e.metadata_id].name
-            start = line.timestamp_ns * 1000 + e.offset_ps
-            if name == "train":
-                step = next(s.int64_value for s in e.stats
-                            if names[s.metadata_id] == "step_num")
-                markers.append((start, step))
-            elif name.endswith(":CollectiveReduceV2"):
-                found.append((start, e.duration_ps))
-    markers.sort()
-    begins = np.array([m[0] for m in markers])
-    return [(markers[max(int(np.searchsorted(begins, t, side="right")) - 1, 0)][1], t, d)
-            for t, d in sorted(found)]
+    _, events = _host_events(xplane_pb2.XSpace.FromString(path.read_bytes()))
+    found = sorted((start, duration) for name, start, duration, _ in events
+                   if name.endswith(":CollectiveReduceV2"))
+    steps = _marker_steps(events, [t for t, _ in found])
+    return [(step, t, d) for step, (t, d) in zip(steps, found, strict=True)]
 
 
 def test_tf_collective_waits_for_the_last_worker() -> None:
