@@ -101,8 +101,8 @@ def _device_table(devices: list[dict]) -> list[str]:
     """The (worker, device) table, the devices that worked first (then, in the same
     order, those that worked in none of the steps, which say so); the worker column only
     when there are several (the `workers` line names the one)."""
-    rows = [("worker", "device", "node stats", "nodes", "device step", "busy", "idle",
-             "collectives", "wait")]
+    rows: list[tuple[str, ...]] = [("worker", "device", "node stats", "nodes",
+                                    "device step", "busy", "idle", "collectives", "wait")]
     for d in sorted(devices, key=lambda d: (d["worker"], not d.get("steps_with_work"))):
         counts = (d["worker"], d["device"], f"{d['node_stats']:,}", f"{d['nodes']:,}")
         if not d.get("steps_with_work"):
