@@ -78,7 +78,12 @@ def _cut(run: Run, devices: tuple[str, ...], workers: tuple[str, ...]) -> Run:
 def covered(run: Run) -> dict[str, list[str]]:
     """The workers and devices whose executions `run` holds (sorted). A product: a warm
     view reads it from the cache, not the executions."""
-    pairs = COVERED(run)
+    return covered_of(COVERED(run))
+
+
+def covered_of(pairs: pl.DataFrame) -> dict[str, list[str]]:
+    """`covered`'s lists of (worker, device) pairs (of one run, or many hosts' put
+    together)."""
     return {"workers": sorted(pairs.get_column("worker").unique().to_list()),
             "devices": sorted(pairs.get_column("device").unique().to_list())}
 

@@ -14,6 +14,7 @@ fleet's against the merged run's on the same path, byte for byte).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import polars as pl
@@ -56,14 +57,16 @@ def pieces(run: Run) -> Pieces:
     }
 
 
+def piece(hosts: Iterable[Pieces], name: str) -> pl.DataFrame:
+    """The hosts' pieces named `name` as one frame (those that have it)."""
+    return pl.concat([h[name] for h in hosts if name in h], how="vertical_relaxed")
+
+
 def compact(hosts: list[Pieces]) -> Pieces:
     """Several hosts' pieces as one that gives the same summary, each device's node names
     kept once: what the driver holds while hosts come in is their union (the same few
     names on every host of one job), not every host's copy."""
-
-    def cat(name: str) -> pl.DataFrame:
-        return pl.concat([h[name] for h in hosts], how="vertical_relaxed")
-
+    cat = partial(piece, hosts)
     names = pl.col("names").list.explode(keep_nulls=True, empty_as_null=False)
     return {
         "steps": cat("steps"),
@@ -155,10 +158,7 @@ def summary_of(hosts: Iterable[Pieces], choice: StepChoice | None, *, paths: lis
     every step's time, and what the input lacks (`paths`, `warnings`, `lacks` as loading
     gives them)."""
     choice = choice or StepChoice()
-    given = list(hosts)
-
-    def cat(name: str) -> pl.DataFrame:
-        return pl.concat([h[name] for h in given], how="vertical_relaxed")
+    cat = partial(piece, list(hosts))
 
     steps = cat("steps").sort("worker", "step")
     flags = choose(steps.select("worker", "step", "step_us", "left_out", "why"), choice)

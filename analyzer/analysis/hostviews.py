@@ -22,14 +22,14 @@ import polars as pl
 
 from ..errors import RunlensError
 from ..model import Run
-from .devicecut import COVERED
+from .devicecut import COVERED, covered_of
+from .hostsummary import Pieces, piece
 from .nodefold import Folder
 from .nodestats import node_stats
 from .outside import note_of, outside_ops
 from .stepselect import StepChoice, choose, left_out, left_out_rows, step_flags
 from .views import VIEWS, View, ViewOptions, chosen_run, covering, op_view_of, scope_view_of
 
-Pieces = dict[str, pl.DataFrame]
 # The views made of node stats alone; the others need a Run (code paths, graph inputs).
 HOST_VIEWS = {"ops": op_view_of, "scopes": scope_view_of}
 
@@ -125,7 +125,7 @@ class HostViews:
             self.hosts.append(pieces)
 
     def _cat(self, name: str) -> pl.DataFrame:
-        return pl.concat([h[name] for h in self.hosts if name in h], how="vertical_relaxed")
+        return piece(self.hosts, name)
 
     @property
     def steps(self) -> list[int]:
@@ -149,8 +149,4 @@ class HostViews:
             raise RunlensError(next(h["chosen"].item() for h in self.hosts if "chosen" in h))
         outside = note_of(pl.concat([h["outside"] for h in chosen], how="vertical_relaxed"))
         made = HOST_VIEWS[kind](self.folder.folded, opts, outside)
-        pairs = pl.concat([h["covered"] for h in chosen]).unique()
-        where: dict[str, Any] = {
-            "workers": sorted(pairs.get_column("worker").unique().to_list()),
-            "devices": sorted(pairs.get_column("device").unique().to_list())}
-        return covering(made, where)
+        return covering(made, covered_of(pl.concat([h["covered"] for h in chosen])))
