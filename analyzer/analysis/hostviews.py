@@ -5,8 +5,10 @@ host (analyzer/engines), so that the driver holds no host's events (docs/fleet.m
 
 A view's numbers are per (worker, node) (analysis.nodestats): every rule that decides them
 (the chosen steps, warm-up and outliers, the node's canonical device, the average over a
-worker's steps) is one worker's own, so the run's node stats are its hosts' put together,
-and the view made of them is the Run's byte for byte (tests/test_engines.py).
+worker's steps) is one worker's own, so the run's node stats are its hosts' put together;
+the driver folds them into one row per node as they come, in the order a Run's views fold
+their workers (analysis.nodefold), and the view is the Run's byte for byte
+(tests/test_engine_views.py).
 
 `RunViews` and `HostViews` answer the same questions (`ViewSource`), of one Run or of the
 hosts' pieces: the CLI prints a view and its notes the same way from either.
